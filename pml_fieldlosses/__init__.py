@@ -1,0 +1,18 @@
+"""Physics-inspired metric-learning losses for pytorch-metric-learning."""
+
+from . import losses
+
+__version__ = "0.1.0"
+
+
+def register():
+    """Add our loss classes to ``pytorch_metric_learning.losses`` so that code
+    looking PML losses up by name (``getattr(pml_losses, name)``, YAML
+    factories) finds them. Idempotent; returns the names it registered."""
+    import pytorch_metric_learning.losses as pml_losses
+
+    names = []
+    for cls in losses.FIELD_LOSSES:
+        setattr(pml_losses, cls.__name__, cls)
+        names.append(cls.__name__)
+    return names

@@ -1,0 +1,97 @@
+import torch
+from pytorch_metric_learning.distances import CosineSimilarity
+from pytorch_metric_learning.losses import BaseMetricLossFunction, WeightRegularizerMixin
+from pytorch_metric_learning.utils import common_functions as c_f
+from torch.utils.checkpoint import checkpoint
+
+from ..utils import checks
+from .mixins import CheckedForwardMixin
+
+
+# Shared part of the losses of "Mean Field Theory in Deep Metric Learning"
+# (Furusawa, ICLR 2024), https://github.com/st-tech/mft-in-dml
+class BaseMeanFieldLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricLossFunction):
+    """Holds the learnable mean fields and the chunked mean-field regulariser.
+
+    ``mean_fields`` has shape (num_classes, embedding_size): row c is the raw
+    mean field of class c (the official code stores the transpose). Rows are
+    L2-normalised on every use and never renormalised in place.
+    Subclasses implement ``compute_data_loss`` and ``regularizer_terms``.
+    """
+
+    # entries of one (rows x num_classes) block of the regulariser
+    reg_chunk_entries = 2**22
+
+    def __init__(self, num_classes, embedding_size, mf_reg_weight=0.0, mf_reg_power=2, **kwargs):
+        super().__init__(**kwargs)
+        c_f.assert_distance_type(self, CosineSimilarity)
+        checks.check_positive_int("num_classes", num_classes)
+        checks.check_positive_int("embedding_size", embedding_size)
+        checks.check_non_negative("mf_reg_weight", mf_reg_weight)
+        if not mf_reg_power >= 1:
+            # the regulariser's terms are 0 on most pairs, where x**p with p < 1
+            # has an infinite derivative
+            raise ValueError(f"mf_reg_power must be >= 1, got {mf_reg_power}")
+        self.num_classes = num_classes
+        self.embedding_size = embedding_size
+        self.mf_reg_weight = mf_reg_weight
+        self.mf_reg_power = mf_reg_power
+        self.mean_fields = torch.nn.Parameter(torch.Tensor(num_classes, embedding_size))
+        self.weight_init_func(self.mean_fields)
+        self.add_to_recordable_attributes(
+            list_of_names=["num_classes", "embedding_size", "mf_reg_weight", "mf_reg_power"],
+            is_stat=False,
+        )
+
+    def cast_types(self, dtype, device):
+        # never below float32: half-precision inputs were upcast by CheckedForwardMixin
+        self.mean_fields.data = c_f.to_device(self.mean_fields.data, device=device, dtype=dtype)
+
+    def compute_loss(self, embeddings, labels, indices_tuple, ref_emb, ref_labels):
+        checks.ref_not_supported(self, embeddings, labels, ref_emb, ref_labels)
+        self.cast_types(embeddings.dtype, embeddings.device)
+        loss_dict = self.compute_data_loss(embeddings, labels, indices_tuple)
+        loss_dict["mf_reg_loss"] = self.mean_field_regularization()
+        self.add_weight_regularization_to_loss_dict(loss_dict, self.mean_fields)
+        return loss_dict
+
+    def mean_field_regularization(self):
+        """mf_reg_weight * (1/C) sum_c sum_{k != c} regularizer_terms(G_ck) ** mf_reg_power,
+        with G = mean_fields @ mean_fields.T computed in row blocks; each block is
+        recomputed in the backward pass (activation checkpointing), so memory is
+        O(reg_chunk_entries + C * D) instead of O(C^2)."""
+        if self.mf_reg_weight == 0:
+            return self.zero_loss()
+        mean_fields = self.distance.normalize(self.mean_fields)
+        C = self.num_classes
+        rows = max(1, self.reg_chunk_entries // C)
+        total = 0
+        for start in range(0, C, rows):
+            block = mean_fields[start : start + rows]
+            if torch.is_grad_enabled() and mean_fields.requires_grad:
+                total = total + checkpoint(
+                    self._regularizer_block, block, mean_fields, start, use_reentrant=False
+                )
+            else:
+                total = total + self._regularizer_block(block, mean_fields, start)
+        loss = self.mf_reg_weight * total / C
+        return {"losses": loss, "indices": None, "reduction_type": "already_reduced"}
+
+    def _regularizer_block(self, block, mean_fields, start):
+        terms = self.regularizer_terms(self.distance.compute_mat(block, mean_fields))
+        terms = terms**self.mf_reg_power
+        diagonal = torch.arange(len(block), device=block.device)
+        terms = terms.index_put((diagonal, diagonal + start), terms.new_zeros(()))
+        return terms.sum()
+
+    def compute_data_loss(self, embeddings, labels, indices_tuple):
+        raise NotImplementedError
+
+    def regularizer_terms(self, similarities):
+        raise NotImplementedError
+
+    def get_default_distance(self):
+        return CosineSimilarity()
+
+    def _sub_loss_names(self):
+        return ["pos_loss", "neg_loss", "mf_reg_loss"]

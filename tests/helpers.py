@@ -1,0 +1,92 @@
+import torch
+
+from pml_fieldlosses import losses
+
+from . import naive
+
+TOLERANCES = {torch.float64: dict(rtol=1e-9, atol=1e-12), torch.float32: dict(rtol=1e-4, atol=1e-6)}
+
+# label patterns over C = 9 classes; each is a list of labels for one batch
+LABEL_PATTERNS = {
+    "random": None,  # filled with a random draw
+    "absent_classes": [0, 0, 2, 2, 2, 5, 5, 1],  # 3, 4, 6, 7, 8 absent
+    "singleton_class": [0, 0, 1, 1, 4, 3, 3, 3],  # class 4 has one sample
+    "single_class": [6, 6, 6, 6, 6],
+    "single_sample": [3],
+}
+NUM_CLASSES, EMBEDDING_SIZE = 9, 6
+
+
+def make_labels(pattern, generator):
+    labels = LABEL_PATTERNS[pattern]
+    if labels is None:
+        labels = torch.randint(0, NUM_CLASSES, (12,), generator=generator).tolist()
+    return labels
+
+
+def make_embeddings(batch_size, dtype, generator, normalized=False, scale=3.0):
+    x = torch.randn(batch_size, EMBEDDING_SIZE, generator=generator, dtype=torch.float64) * scale
+    if normalized:
+        x = torch.nn.functional.normalize(x, dim=1)
+    return x.to(dtype)
+
+
+def assert_close(actual, expected, dtype):
+    """Compare in float64; atol is relative to the largest expected entry."""
+    expected = expected.detach().to(torch.float64)
+    actual = actual.detach().to(torch.float64)
+    tol = TOLERANCES[dtype]
+    scale = max(expected.abs().max().item(), 1e-30)
+    torch.testing.assert_close(actual, expected, rtol=tol["rtol"], atol=tol["atol"] + tol["rtol"] * scale)
+
+
+# Each case: (name, builder of our loss, naive reference (x, labels, W) -> loss).
+# Hyperparameters are chosen so that every term matters at the test scale.
+MF_CASES = {
+    "MeanFieldContrastive": (
+        lambda **kw: losses.MeanFieldContrastiveLoss(
+            NUM_CLASSES, EMBEDDING_SIZE, pos_margin=0.1, neg_margin=0.9, mf_reg_weight=0.5, **kw
+        ),
+        lambda x, y, W, weights=None: naive.mean_field_contrastive(x, y, W, 0.1, 0.9, 0.5, 2, weights),
+    ),
+    "MeanFieldContrastive_defaults": (
+        lambda **kw: losses.MeanFieldContrastiveLoss(NUM_CLASSES, EMBEDDING_SIZE, **kw),
+        lambda x, y, W, weights=None: naive.mean_field_contrastive(x, y, W, 0.02, 0.3, 0.0, 2, weights),
+    ),
+    "MeanFieldClassWiseMultiSimilarity": (
+        lambda **kw: losses.MeanFieldClassWiseMultiSimilarityLoss(
+            NUM_CLASSES,
+            EMBEDDING_SIZE,
+            alpha=2.0,
+            beta=10.0,
+            base=0.5,
+            mf_reg_weight=0.3,
+            mf_reg_power=3,
+            **kw,
+        ),
+        lambda x, y, W, weights=None: naive.mean_field_class_wise_multi_similarity(
+            x, y, W, 2.0, 10.0, 0.5, 0.3, 3, weights
+        ),
+    ),
+    "MeanFieldClassWiseMultiSimilarity_defaults": (
+        lambda **kw: losses.MeanFieldClassWiseMultiSimilarityLoss(NUM_CLASSES, EMBEDDING_SIZE, **kw),
+        lambda x, y, W, weights=None: naive.mean_field_class_wise_multi_similarity(
+            x, y, W, 0.01, 80, 0.8, 0.0, 2, weights
+        ),
+    ),
+}
+
+CWMS_CASES = {
+    "ClassWiseMultiSimilarity": (
+        lambda **kw: losses.ClassWiseMultiSimilarityLoss(alpha=2.0, beta=10.0, base=0.5, **kw),
+        lambda x, y, **kw: naive.class_wise_multi_similarity(x, y, 2.0, 10.0, 0.5, **kw),
+    ),
+    "ClassWiseMultiSimilarity_defaults": (
+        lambda **kw: losses.ClassWiseMultiSimilarityLoss(**kw),
+        lambda x, y, **kw: naive.class_wise_multi_similarity(x, y, 0.01, 80, 0.8, **kw),
+    ),
+}
+
+
+def gradients(loss, inputs):
+    return torch.autograd.grad(loss, inputs, allow_unused=True)
