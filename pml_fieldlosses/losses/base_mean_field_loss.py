@@ -56,10 +56,11 @@ class BaseMeanFieldLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         return loss_dict
 
     def mean_field_regularization(self):
-        """mf_reg_weight * (1/C) sum_c sum_{k != c} regularizer_terms(G_ck) ** mf_reg_power,
-        with G = mean_fields @ mean_fields.T computed in row blocks; each block is
-        recomputed in the backward pass (activation checkpointing), so memory is
-        O(reg_chunk_entries + C * D) instead of O(C^2)."""
+        """mf_reg_weight * (1/C) sum_c sum_{k != c} regularizer_terms(G_ck) ** mf_reg_power
+        with G = mean_fields @ mean_fields.T. G is symmetric, so only the blocks
+        above the diagonal are computed (twice the sum over k > c), in row
+        blocks that are recomputed in the backward pass (activation
+        checkpointing): memory O(reg_chunk_entries + C D) instead of O(C^2)."""
         if self.mf_reg_weight == 0:
             return self.zero_loss()
         mean_fields = self.distance.normalize(self.mean_fields)
@@ -67,22 +68,19 @@ class BaseMeanFieldLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         rows = max(1, self.reg_chunk_entries // C)
         total = 0
         for start in range(0, C, rows):
-            block = mean_fields[start : start + rows]
+            block, tail = mean_fields[start : start + rows], mean_fields[start:]
             if torch.is_grad_enabled() and mean_fields.requires_grad:
-                total = total + checkpoint(
-                    self._regularizer_block, block, mean_fields, start, use_reentrant=False
-                )
+                total = total + checkpoint(self._regularizer_block, block, tail, use_reentrant=False)
             else:
-                total = total + self._regularizer_block(block, mean_fields, start)
-        loss = self.mf_reg_weight * total / C
+                total = total + self._regularizer_block(block, tail)
+        loss = self.mf_reg_weight * 2 * total / C
         return {"losses": loss, "indices": None, "reduction_type": "already_reduced"}
 
-    def _regularizer_block(self, block, mean_fields, start):
-        terms = self.regularizer_terms(self.distance.compute_mat(block, mean_fields))
-        terms = terms**self.mf_reg_power
-        diagonal = torch.arange(len(block), device=block.device)
-        terms = terms.index_put((diagonal, diagonal + start), terms.new_zeros(()))
-        return terms.sum()
+    def _regularizer_block(self, block, tail):
+        """Sum over the pairs (start + i, start + j), j > i, of the terms; block
+        = rows start.. of the mean fields, tail = rows start..C-1."""
+        terms = self.regularizer_terms(self.distance.compute_mat(block, tail)) ** self.mf_reg_power
+        return torch.triu(terms, diagonal=1).sum()
 
     def compute_data_loss(self, embeddings, labels, indices_tuple):
         raise NotImplementedError

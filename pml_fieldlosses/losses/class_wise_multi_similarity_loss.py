@@ -56,7 +56,7 @@ class ClassWiseMultiSimilarityLoss(CheckedForwardMixin, BaseMetricLossFunction):
         counts = torch.bincount(groups.reshape(-1), minlength=K * K)
         values = values - torch.log(counts[groups].to(values.dtype)) - math.log(2) * same
 
-        terms = log1p_sum_exp(values, groups, K * K).view(K, K)
+        terms = log1p_sum_exp(values.reshape(-1), groups.reshape(-1), K * K).view(K, K)
         query_rows = torch.unique(query_class)
         eye = torch.eye(K, dtype=torch.bool, device=terms.device)
         pos_loss = terms.diagonal()[query_rows] / self.alpha

@@ -2,7 +2,7 @@ import torch
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
 from ..utils import checks
-from ..utils.loss_utils import compact_labels, log1p_sum_exp
+from ..utils.loss_utils import compact_labels, grouped_exp_sums, log1p_sum_exp
 from .base_mean_field_loss import BaseMeanFieldLoss
 
 
@@ -23,7 +23,9 @@ class MeanFieldClassWiseMultiSimilarityLoss(BaseMeanFieldLoss):
 
     pos_loss and neg_loss have one element per class in the batch (indexed by
     that class's first sample), so the default MeanReducer gives the official
-    value. Miner output (``indices_tuple``) becomes per-sample weights
+    value. Time and memory are O(B C D + C_b C): the class-pair sums are
+    scattered from the B x C similarities, never multiplied by a one-hot.
+    Miner output (``indices_tuple``) becomes per-sample weights
     w_i in [0, 1] that multiply each sample's exp term; without a miner w_i = 1.
     ``base`` is a similarity threshold (the paper's distance margin is 1 - base).
     ``beta=None`` means beta = alpha, as in the official code.
@@ -63,32 +65,24 @@ class MeanFieldClassWiseMultiSimilarityLoss(BaseMeanFieldLoss):
         pos_loss = log1p_sum_exp(pos_values, batch_class, num_batch_classes) / self.alpha
 
         neg_values = self.beta * (sims - self.base) + log_scale.unsqueeze(1)
-        pair_terms = log1p_sum_exp(
-            neg_values, self.class_pair_groups(classes, batch_class), num_batch_classes * C + 1
-        )[:-1].view(num_batch_classes, C)
-        in_batch = pair_terms[:, classes]
-        to_absent = pair_terms.index_fill(1, classes, 0.0)
-        neg_loss = ((in_batch + in_batch.t()).sum(dim=1) + 2 * to_absent.sum(dim=1)) / (2 * self.beta)
+        shift, sums = grouped_exp_sums(neg_values, batch_class, num_batch_classes)
+        to_absent = (shift + torch.log(torch.exp(-shift) + sums)).index_fill(1, classes, 0.0)
+        in_batch = self.in_batch_pair_terms(shift[:, classes], sums[:, classes])
+        neg_loss = (in_batch.sum(dim=1) + 2 * to_absent.sum(dim=1)) / (2 * self.beta)
 
         return {
             "pos_loss": {"losses": pos_loss, "indices": first_sample, "reduction_type": "element"},
             "neg_loss": {"losses": neg_loss, "indices": first_sample, "reduction_type": "element"},
         }
 
-    def class_pair_groups(self, classes, batch_class):
-        """Group id of each (sample i, class k) term of neg_loss: the unordered
-        pair {y_i, k}, so that Q_ck and Q_kc land in one log(1 + ...). The pair
-        is stored at (batch-class row, class column) = num_batch_classes x C;
-        for two batch classes, at the row of the smaller one. Terms with
-        k = y_i go to one extra, discarded group."""
-        num_batch_classes, C = len(classes), self.num_classes
-        columns = torch.arange(C, device=classes.device)
-        groups = batch_class.unsqueeze(1) * C + columns
-        row = batch_class.unsqueeze(1)
-        col = torch.arange(num_batch_classes, device=classes.device)
-        in_batch = torch.where(col < row, col * C + classes[row], row * C + classes[col])
-        groups[:, classes] = torch.where(col == row, num_batch_classes * C, in_batch)
-        return groups
+    def in_batch_pair_terms(self, shift, sums):
+        """log(1 + Q_ab + Q_ba) for two batch classes a != b (0 on the diagonal),
+        from Q_ab = exp(shift_ab) * sums_ab (C_b x C_b, rows and columns both in
+        the order of the batch classes)."""
+        top = torch.maximum(shift, shift.t())
+        total = torch.exp(-top) + torch.exp(shift - top) * sums + torch.exp(shift.t() - top) * sums.t()
+        terms = top + torch.log(total)
+        return terms.masked_fill(torch.eye(len(terms), dtype=torch.bool, device=terms.device), 0.0)
 
     def regularizer_terms(self, similarities):
         return torch.nn.functional.softplus(similarities - self.base, beta=self.beta)

@@ -1,20 +1,31 @@
 import torch
 
 
-def log1p_sum_exp(values, groups, num_groups):
-    """log(1 + sum of exp(values) over each group), computed stably.
+def grouped_exp_sums(values, groups, num_groups):
+    """Sums of exp(values) over groups of rows, with a stabilising shift.
 
-    values: float tensor; groups: integer tensor of the same shape with entries
-    in [0, num_groups). Returns a tensor of size num_groups; an empty group
-    gives exactly 0 with zero gradient. This is PML's logsumexp(add_one=True)
-    for ragged groups: the max shift includes the "1" (exponent 0), so it is
-    finite and the sum inside the log is >= 1.
+    values: (N, ...) float tensor; groups: (N,) integers in [0, num_groups).
+    Returns (shift, sums), both (num_groups, ...): shift = max(0, the group's
+    largest value), detached, and sums = sum of exp(values - shift) over the
+    group's rows, so the group's sum of exp(values) is exp(shift) * sums.
+    Because the shift is >= 0 and attained when > 0, exp(-shift) + sums >= 1.
+    Empty groups get shift 0 and sums 0.
     """
-    values, groups = values.reshape(-1), groups.reshape(-1)
-    shift = values.new_zeros(num_groups)
-    shift = shift.scatter_reduce(0, groups, values.detach(), "amax", include_self=True)
-    total = torch.exp(-shift).index_add(0, groups, torch.exp(values - shift[groups]))
-    return shift + torch.log(total)
+    shape = (num_groups,) + values.shape[1:]
+    index = groups.view((-1,) + (1,) * (values.ndim - 1)).expand_as(values)
+    shift = values.new_zeros(shape).scatter_reduce(0, index, values.detach(), "amax", include_self=True)
+    sums = values.new_zeros(shape).index_add(0, groups, torch.exp(values - shift[groups]))
+    return shift, sums
+
+
+def log1p_sum_exp(values, groups, num_groups):
+    """log(1 + sum of exp(values) over each group of rows), computed stably.
+
+    Like PML's logsumexp(add_one=True), for ragged groups. An empty group
+    gives exactly 0 with zero gradient.
+    """
+    shift, sums = grouped_exp_sums(values, groups, num_groups)
+    return shift + torch.log(torch.exp(-shift) + sums)
 
 
 def upcast_half(x):

@@ -1,0 +1,145 @@
+"""Forward+backward time and peak memory of our losses next to PML's.
+
+    python benchmarks/bench_losses.py                 # full grid, CPU
+    python benchmarks/bench_losses.py --quick         # one small shape
+    python benchmarks/bench_losses.py --device cuda --losses ProxyAnchor MFCont
+
+Times are medians over --reps interleaved rounds in one process, printed with
+their ratio to ProxyAnchorLoss at the same shape. Peak memory is measured for
+each (loss, shape) in a fresh subprocess: on CPU (Linux) the peak resident set
+size during one forward+backward (VmHWM, reset through /proc/self/clear_refs
+just before) minus the resident size before it, i.e. on top of the inputs and
+the loss's parameters; on CUDA torch.cuda.max_memory_allocated likewise.
+"""
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+from pml_fieldlosses import losses
+
+# name -> (builder(num_classes, embedding_size), label sampler: "mperclass" or "uniform")
+LOSSES = {
+    "ProxyAnchor": lambda C, D: losses.ProxyAnchorLoss(C, D),
+    "MultiSimilarity": lambda C, D: losses.MultiSimilarityLoss(),
+    "MFCont": lambda C, D: losses.MeanFieldContrastiveLoss(C, D),
+    "MFCont+reg": lambda C, D: losses.MeanFieldContrastiveLoss(C, D, mf_reg_weight=1.0),
+    "CWMS": lambda C, D: losses.ClassWiseMultiSimilarityLoss(),
+    "MFCWMS": lambda C, D: losses.MeanFieldClassWiseMultiSimilarityLoss(C, D),
+    "MFCWMS+reg": lambda C, D: losses.MeanFieldClassWiseMultiSimilarityLoss(C, D, mf_reg_weight=1.0),
+    "PFML": lambda C, D: losses.PotentialFieldLoss(C, D),
+    "CPML": lambda C, D: losses.ContrastivePotentialLoss(C, D),
+}
+DEFAULT_LOSSES = ["ProxyAnchor", "MultiSimilarity", "MFCont", "CWMS", "MFCWMS"]
+BATCH_SIZES = [64, 180, 1024]
+NUM_CLASSES = [100, 1000, 11318]
+EMBEDDING_SIZE = 512
+
+
+def make_inputs(batch_size, num_classes, embedding_size, device, seed=0):
+    """Embeddings and labels with 4 samples per class (as an MPerClassSampler)."""
+    g = torch.Generator().manual_seed(seed)
+    classes = torch.randperm(num_classes, generator=g)[: max(1, batch_size // 4)]
+    labels = classes.repeat_interleave(4)[:batch_size]
+    labels = torch.cat([labels, classes[: batch_size - len(labels)]])
+    embeddings = torch.randn(batch_size, embedding_size, generator=g)
+    return embeddings.to(device).requires_grad_(), labels.to(device)
+
+
+def forward_backward(loss_fn, embeddings, labels):
+    loss_fn.zero_grad(set_to_none=True)
+    embeddings.grad = None
+    loss_fn(embeddings, labels).backward()
+
+
+def synchronize(device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def time_losses(names, batch_size, num_classes, device, reps):
+    embeddings, labels = make_inputs(batch_size, num_classes, EMBEDDING_SIZE, device)
+    loss_fns = {name: LOSSES[name](num_classes, EMBEDDING_SIZE).to(device) for name in names}
+    for loss_fn in loss_fns.values():  # warm-up
+        forward_backward(loss_fn, embeddings, labels)
+    times = {name: [] for name in names}
+    for _ in range(reps):
+        for name, loss_fn in loss_fns.items():
+            synchronize(device)
+            start = time.perf_counter()
+            forward_backward(loss_fn, embeddings, labels)
+            synchronize(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def proc_status_bytes(key):
+    with open("/proc/self/status") as f:
+        return int(re.search(rf"{key}:\s+(\d+) kB", f.read()).group(1)) * 1024
+
+
+def peak_memory_child(name, batch_size, num_classes, device):
+    """Runs in a fresh process; prints the peak extra memory in bytes."""
+    embeddings, labels = make_inputs(batch_size, num_classes, EMBEDDING_SIZE, device)
+    loss_fn = LOSSES[name](num_classes, EMBEDDING_SIZE).to(device)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        forward_backward(loss_fn, embeddings, labels)
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - before
+    else:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current resident size
+        before = proc_status_bytes("VmRSS")
+        forward_backward(loss_fn, embeddings, labels)
+        peak = proc_status_bytes("VmHWM") - before
+    print(json.dumps({"peak_bytes": peak}))
+
+
+def peak_memory(name, batch_size, num_classes, device):
+    cmd = [sys.executable, __file__, "--child", name, str(batch_size), str(num_classes), "--device", device]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["peak_bytes"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--losses", nargs="+", default=DEFAULT_LOSSES, choices=list(LOSSES))
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=BATCH_SIZES)
+    parser.add_argument("--num-classes", nargs="+", type=int, default=NUM_CLASSES)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument("--quick", action="store_true", help="B=64, C=100, 2 reps")
+    parser.add_argument("--child", nargs=3, metavar=("LOSS", "B", "C"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        name, batch_size, num_classes = args.child
+        return peak_memory_child(name, int(batch_size), int(num_classes), args.device)
+    if args.quick:
+        args.batch_sizes, args.num_classes, args.reps = [64], [100], 2
+    names = list(dict.fromkeys(["ProxyAnchor"] + args.losses))
+
+    print(f"device={args.device} D={EMBEDDING_SIZE} torch={torch.__version__} threads={torch.get_num_threads()}")
+    print(f"{'B':>5} {'C':>6} {'loss':<16} {'fwd+bwd ms':>10} {'xProxyAnchor':>12} {'us/sample':>9} {'peak MB':>8}")
+    for num_classes in args.num_classes:
+        for batch_size in args.batch_sizes:
+            times = time_losses(names, batch_size, num_classes, args.device, args.reps)
+            for name in names:
+                memory = "" if args.no_memory else f"{peak_memory(name, batch_size, num_classes, args.device) / 2**20:8.1f}"
+                print(
+                    f"{batch_size:>5} {num_classes:>6} {name:<16} {times[name] * 1e3:>10.2f} "
+                    f"{times[name] / times['ProxyAnchor']:>12.2f} {times[name] / batch_size * 1e6:>9.1f} {memory:>8}",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""Behaviour shared by MeanFieldContrastiveLoss and MeanFieldClassWiseMultiSimilarityLoss."""
+from collections import Counter
+
+import pytest
+import torch
+from pytorch_metric_learning import miners, reducers, regularizers
+
+from pml_fieldlosses import losses
+
+from .helpers import EMBEDDING_SIZE, MF_CASES, NUM_CLASSES, assert_close, gradients, make_embeddings
+
+MF_LOSSES = [losses.MeanFieldContrastiveLoss, losses.MeanFieldClassWiseMultiSimilarityLoss]
+LABELS = torch.tensor([0, 0, 1, 1, 1, 4, 7, 7, 7, 7])
+
+
+def setup(case, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    build, reference = MF_CASES[case]
+    loss_fn = build()
+    with torch.no_grad():
+        loss_fn.mean_fields.copy_(torch.randn(NUM_CLASSES, EMBEDDING_SIZE, generator=g))
+    x = make_embeddings(len(LABELS), dtype, g).requires_grad_()
+    return loss_fn, reference, x
+
+
+@pytest.mark.parametrize("case", MF_CASES)
+def test_regularizer_in_small_blocks_matches_naive(case):
+    loss_fn, reference, x = setup(case)
+    loss_fn.reg_chunk_entries = 2 * NUM_CLASSES  # two rows per block, five blocks
+    loss = loss_fn(x, LABELS)
+    grads = gradients(loss, [x, loss_fn.mean_fields])
+    w = loss_fn.mean_fields.detach().clone().requires_grad_()
+    x64 = x.detach().clone().requires_grad_()
+    expected = reference(x64, LABELS.tolist(), w)
+    assert_close(loss, expected, torch.float64)
+    for got, want in zip(grads, gradients(expected, [x64, w])):
+        assert_close(got, want, torch.float64)
+    with torch.no_grad():  # the path without checkpointing
+        assert_close(loss_fn(x, LABELS), expected, torch.float64)
+
+
+@pytest.mark.parametrize("case", MF_CASES)
+def test_miner_output_becomes_sample_weights(case):
+    loss_fn, reference, x = setup(case, seed=1)
+    indices_tuple = miners.MultiSimilarityMiner(epsilon=0.5)(x, LABELS)
+    counts = Counter(i for t in indices_tuple for i in t.tolist())
+    weights = [counts[i] / max(counts.values()) for i in range(len(LABELS))]
+    assert len(set(weights)) > 1, "the miner should weight the samples unequally"
+    loss = loss_fn(x, LABELS, indices_tuple)
+    expected = reference(x.detach(), LABELS.tolist(), loss_fn.mean_fields.detach(), weights)
+    assert_close(loss, expected, torch.float64)
+
+
+@pytest.mark.parametrize("loss_class", MF_LOSSES)
+def test_ref_emb_is_refused(loss_class):
+    loss_fn = loss_class(NUM_CLASSES, EMBEDDING_SIZE)
+    x = torch.randn(4, EMBEDDING_SIZE)
+    with pytest.raises(ValueError, match="does not support ref_emb"):
+        loss_fn(x, torch.tensor([0, 1, 1, 2]), ref_emb=x.clone(), ref_labels=torch.tensor([0, 1, 1, 2]))
+
+
+@pytest.mark.parametrize("loss_class", MF_LOSSES)
+def test_parameters_sub_losses_and_recordables(loss_class):
+    loss_fn = loss_class(NUM_CLASSES, EMBEDDING_SIZE, mf_reg_weight=0.1)
+    assert [name for name, _ in loss_fn.named_parameters()] == ["mean_fields"]
+    assert loss_fn.mean_fields.shape == (NUM_CLASSES, EMBEDDING_SIZE)
+    assert loss_fn.sub_loss_names() == ["pos_loss", "neg_loss", "mf_reg_loss"]
+    for name in ["num_classes", "embedding_size", "mf_reg_weight", "mf_reg_power"]:
+        assert name in loss_fn._record_these
+    # the default weight_init_func is PML's standard normal, like the official code
+    assert abs(loss_fn.mean_fields.std().item() - 1) < 0.3
+
+
+@pytest.mark.parametrize("loss_class", MF_LOSSES)
+def test_optimising_mean_fields_through_loss_parameters(loss_class):
+    torch.manual_seed(0)
+    loss_fn = loss_class(NUM_CLASSES, EMBEDDING_SIZE)
+    optimizer = torch.optim.SGD(loss_fn.parameters(), lr=1.0)
+    x = torch.randn(len(LABELS), EMBEDDING_SIZE)
+    before = loss_fn(x, LABELS).item()
+    for _ in range(20):
+        optimizer.zero_grad()
+        loss_fn(x, LABELS).backward()
+        optimizer.step()
+    assert loss_fn(x, LABELS).item() < before
+
+
+@pytest.mark.parametrize("loss_class", MF_LOSSES)
+def test_sum_reducer_and_sub_loss_parts(loss_class):
+    torch.manual_seed(0)
+    x = torch.randn(len(LABELS), EMBEDDING_SIZE, dtype=torch.float64)
+    mean_loss = loss_class(NUM_CLASSES, EMBEDDING_SIZE, mf_reg_weight=0.2).double()
+    sum_loss = loss_class(NUM_CLASSES, EMBEDDING_SIZE, mf_reg_weight=0.2, reducer=reducers.SumReducer())
+    sum_loss.load_state_dict(mean_loss.state_dict())
+    nothing = loss_class(NUM_CLASSES, EMBEDDING_SIZE, mf_reg_weight=0.2, reducer=reducers.DoNothingReducer())
+    nothing.load_state_dict(mean_loss.state_dict())
+    parts = nothing(x, LABELS)
+    assert set(parts) == {"pos_loss", "neg_loss", "mf_reg_loss"}
+    num_elements = len(parts["pos_loss"]["losses"])
+    # one element per sample (MFCont) or per class in the batch (MFCWMS), indexed into the batch
+    assert num_elements in (len(LABELS), len(LABELS.unique()))
+    assert torch.equal(LABELS[parts["pos_loss"]["indices"]].unique(), LABELS.unique())
+    reg = parts["mf_reg_loss"]["losses"]
+    data_sum = parts["pos_loss"]["losses"].sum() + parts["neg_loss"]["losses"].sum()
+    assert_close(sum_loss(x, LABELS), data_sum + reg, torch.float64)
+    assert_close(mean_loss(x, LABELS), data_sum / num_elements + reg, torch.float64)
+
+
+@pytest.mark.parametrize("loss_class", MF_LOSSES)
+def test_class_weighted_reducer_uses_the_element_labels(loss_class):
+    torch.manual_seed(0)
+    x = torch.randn(len(LABELS), EMBEDDING_SIZE)
+    plain = loss_class(NUM_CLASSES, EMBEDDING_SIZE, reducer=reducers.DoNothingReducer())
+    parts = plain(x, LABELS)
+    results = []
+    for weight in [1.0, 2.0]:
+        weights = torch.zeros(NUM_CLASSES)
+        weights[7] = weight
+        weighted = loss_class(NUM_CLASSES, EMBEDDING_SIZE, reducer=reducers.ClassWeightedReducer(weights))
+        weighted.load_state_dict(plain.state_dict())
+        results.append(weighted(x, LABELS))
+    # ClassWeightedReducer: mean over elements of loss * weights[labels[indices]]
+    expected = 0
+    for name in ["pos_loss", "neg_loss"]:
+        element_labels = LABELS[parts[name]["indices"]]
+        expected = expected + torch.mean(parts[name]["losses"] * (element_labels == 7))
+    assert expected.item() > 0
+    assert_close(results[0], expected, torch.float32)
+    assert_close(results[1], 2 * expected, torch.float32)
+
+
+@pytest.mark.parametrize("loss_class", MF_LOSSES)
+def test_weight_and_embedding_regularizers(loss_class):
+    torch.manual_seed(0)
+    x = torch.randn(len(LABELS), EMBEDDING_SIZE)
+    plain = loss_class(NUM_CLASSES, EMBEDDING_SIZE)
+    regularized = loss_class(
+        NUM_CLASSES,
+        EMBEDDING_SIZE,
+        weight_regularizer=regularizers.RegularFaceRegularizer(),
+        weight_reg_weight=0.5,
+        embedding_regularizer=regularizers.LpRegularizer(),
+        embedding_reg_weight=0.1,
+    )
+    regularized.load_state_dict(plain.state_dict())
+    assert regularized.sub_loss_names()[-2:] == ["weight_reg_loss", "embedding_reg_loss"]
+    expected = (
+        plain(x, LABELS)
+        + 0.5 * regularizers.RegularFaceRegularizer()(plain.mean_fields)
+        + 0.1 * regularizers.LpRegularizer()(x)
+    )
+    assert_close(regularized(x, LABELS), expected, torch.float32)
+
+
+@pytest.mark.parametrize("loss_class", MF_LOSSES)
+def test_custom_weight_init_func(loss_class):
+    from pytorch_metric_learning.utils import common_functions as c_f
+
+    init = c_f.TorchInitWrapper(torch.nn.init.constant_, val=0.25)
+    loss_fn = loss_class(NUM_CLASSES, EMBEDDING_SIZE, weight_init_func=init)
+    assert torch.all(loss_fn.mean_fields == 0.25)
+
+
+@pytest.mark.parametrize("loss_class", MF_LOSSES)
+def test_float64_inputs_cast_the_mean_fields(loss_class):
+    loss_fn = loss_class(NUM_CLASSES, EMBEDDING_SIZE)
+    loss = loss_fn(torch.randn(len(LABELS), EMBEDDING_SIZE, dtype=torch.float64), LABELS)
+    assert loss.dtype == torch.float64 and loss_fn.mean_fields.dtype == torch.float64
+
+
+@pytest.mark.parametrize("half", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("loss_class", MF_LOSSES)
+def test_half_precision_and_autocast_keep_float32(loss_class, half):
+    torch.manual_seed(0)
+    loss_fn = loss_class(NUM_CLASSES, EMBEDDING_SIZE, mf_reg_weight=0.1)
+    trunk = torch.nn.Linear(8, EMBEDDING_SIZE)
+    data = torch.randn(len(LABELS), 8)
+    reference = loss_fn(trunk(data), LABELS)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = loss_fn(trunk(data), LABELS)
+    loss.backward()
+    assert loss.dtype == torch.float32 and loss_fn.mean_fields.dtype == torch.float32
+    assert torch.isfinite(loss) and torch.isfinite(loss_fn.mean_fields.grad).all()
+    assert torch.isfinite(trunk.weight.grad).all()
+    torch.testing.assert_close(loss, reference, rtol=3e-2, atol=1e-3)
+    # half-precision embeddings outside autocast: computed in float32 too
+    x = torch.randn(len(LABELS), EMBEDDING_SIZE).to(half).requires_grad_()
+    loss = loss_fn(x, LABELS)
+    loss.backward()
+    assert loss.dtype == torch.float32 and x.grad.dtype == half and torch.isfinite(x.grad.float()).all()
+
+
+def test_large_beta_stays_finite():
+    # exponents beta * (1 - base) = 500 overflow a plain exp (the official code's) in float32
+    torch.manual_seed(0)
+    loss_fn = losses.MeanFieldClassWiseMultiSimilarityLoss(
+        NUM_CLASSES, EMBEDDING_SIZE, alpha=50.0, beta=1000.0, base=0.5, mf_reg_weight=1.0
+    )
+    x = torch.randn(len(LABELS), EMBEDDING_SIZE, requires_grad=True)
+    loss = loss_fn(x, LABELS)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(x.grad).all()
+    assert torch.isfinite(loss_fn.mean_fields.grad).all()
