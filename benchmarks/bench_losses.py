@@ -11,6 +11,7 @@ size during one forward+backward (VmHWM, reset through /proc/self/clear_refs
 just before) minus the resident size before it, i.e. on top of the inputs and
 the loss's parameters; on CUDA torch.cuda.max_memory_allocated likewise.
 """
+
 import argparse
 import json
 import re
@@ -110,7 +111,9 @@ def peak_memory(name, batch_size, num_classes, device):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--losses", nargs="+", default=DEFAULT_LOSSES, choices=list(LOSSES))
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=BATCH_SIZES)
     parser.add_argument("--num-classes", nargs="+", type=int, default=NUM_CLASSES)
@@ -127,13 +130,21 @@ def main():
         args.batch_sizes, args.num_classes, args.reps = [64], [100], 2
     names = list(dict.fromkeys(["ProxyAnchor"] + args.losses))
 
-    print(f"device={args.device} D={EMBEDDING_SIZE} torch={torch.__version__} threads={torch.get_num_threads()}")
-    print(f"{'B':>5} {'C':>6} {'loss':<16} {'fwd+bwd ms':>10} {'xProxyAnchor':>12} {'us/sample':>9} {'peak MB':>8}")
+    print(
+        f"device={args.device} D={EMBEDDING_SIZE} torch={torch.__version__} threads={torch.get_num_threads()}"
+    )
+    print(
+        f"{'B':>5} {'C':>6} {'loss':<16} {'fwd+bwd ms':>10} {'xProxyAnchor':>12} {'us/sample':>9} {'peak MB':>8}"
+    )
     for num_classes in args.num_classes:
         for batch_size in args.batch_sizes:
             times = time_losses(names, batch_size, num_classes, args.device, args.reps)
             for name in names:
-                memory = "" if args.no_memory else f"{peak_memory(name, batch_size, num_classes, args.device) / 2**20:8.1f}"
+                memory = (
+                    ""
+                    if args.no_memory
+                    else f"{peak_memory(name, batch_size, num_classes, args.device) / 2**20:8.1f}"
+                )
                 print(
                     f"{batch_size:>5} {num_classes:>6} {name:<16} {times[name] * 1e3:>10.2f} "
                     f"{times[name] / times['ProxyAnchor']:>12.2f} {times[name] / batch_size * 1e6:>9.1f} {memory:>8}",

@@ -1,4 +1,5 @@
 """Bad input gets a clear error naming the argument, never NaN or a torch internal error."""
+
 import pytest
 import torch
 
@@ -20,7 +21,11 @@ BAD_CALLS = {
     "float_labels": ((x, torch.tensor([0.0, 1.0, 1.0])), TypeError, "labels must be an integer tensor"),
     "bool_labels": ((x, torch.tensor([True, False, True])), TypeError, "labels must be an integer tensor"),
     "labels_2d": ((x, y.unsqueeze(1)), ValueError, "labels must be 1D"),
-    "length_mismatch": ((x, torch.tensor([0, 1])), ValueError, "labels has 2 entries but embeddings has 3 rows"),
+    "length_mismatch": (
+        (x, torch.tensor([0, 1])),
+        ValueError,
+        "labels has 2 entries but embeddings has 3 rows",
+    ),
     "missing_labels": ((x, None), ValueError, "labels are required"),
     "labels_not_tensor": ((x, [0, 1, 1]), TypeError, "labels must be a torch.Tensor"),
     "wrong_dim": ((torch.randn(3, D + 1), y), ValueError, "embedding_size=4"),
@@ -59,8 +64,16 @@ BAD_CONSTRUCTIONS = [
     (losses.MeanFieldContrastiveLoss, dict(num_classes=0, embedding_size=D), "num_classes"),
     (losses.MeanFieldContrastiveLoss, dict(num_classes=2.5, embedding_size=D), "num_classes"),
     (losses.MeanFieldContrastiveLoss, dict(num_classes=C, embedding_size=0), "embedding_size"),
-    (losses.MeanFieldContrastiveLoss, dict(num_classes=C, embedding_size=D, mf_reg_weight=-1), "mf_reg_weight"),
-    (losses.MeanFieldContrastiveLoss, dict(num_classes=C, embedding_size=D, mf_reg_power=0.5), "mf_reg_power"),
+    (
+        losses.MeanFieldContrastiveLoss,
+        dict(num_classes=C, embedding_size=D, mf_reg_weight=-1),
+        "mf_reg_weight",
+    ),
+    (
+        losses.MeanFieldContrastiveLoss,
+        dict(num_classes=C, embedding_size=D, mf_reg_power=0.5),
+        "mf_reg_power",
+    ),
     (losses.MeanFieldClassWiseMultiSimilarityLoss, dict(num_classes=C, embedding_size=D, alpha=0), "alpha"),
     (losses.MeanFieldClassWiseMultiSimilarityLoss, dict(num_classes=C, embedding_size=D, beta=-2), "beta"),
 ]

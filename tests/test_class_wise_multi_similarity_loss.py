@@ -10,7 +10,9 @@ from .helpers import assert_close, gradients
 LABELS = torch.tensor([0, 0, 1, 1, 1, 4, 7, 7, 7, 7])
 
 
-@pytest.mark.parametrize("miner", [miners.MultiSimilarityMiner(epsilon=0.1), miners.TripletMarginMiner(margin=0.5)])
+@pytest.mark.parametrize(
+    "miner", [miners.MultiSimilarityMiner(epsilon=0.1), miners.TripletMarginMiner(margin=0.5)]
+)
 def test_mined_pairs_match_naive(miner):
     torch.manual_seed(0)
     x = torch.randn(len(LABELS), 6, dtype=torch.float64, requires_grad=True)
@@ -46,7 +48,9 @@ def test_sub_losses_have_one_element_per_class():
         assert part["reduction_type"] == "element"
         assert torch.equal(LABELS[part["indices"]], LABELS.unique())
     total = parts["pos_loss"]["losses"].sum() + parts["neg_loss"]["losses"].sum()
-    assert_close(losses.ClassWiseMultiSimilarityLoss(reducer=reducers.SumReducer())(x, LABELS), total, torch.float64)
+    assert_close(
+        losses.ClassWiseMultiSimilarityLoss(reducer=reducers.SumReducer())(x, LABELS), total, torch.float64
+    )
     assert_close(losses.ClassWiseMultiSimilarityLoss()(x, LABELS), total / 4, torch.float64)
 
 

@@ -1,4 +1,5 @@
 """Behaviour shared by MeanFieldContrastiveLoss and MeanFieldClassWiseMultiSimilarityLoss."""
+
 from collections import Counter
 
 import pytest

@@ -1,4 +1,5 @@
 """Our losses inside PML's own trainer and tester, unchanged."""
+
 import pytest
 import torch
 from pytorch_metric_learning import samplers, testers, trainers

@@ -1,6 +1,7 @@
 """A small class-structured dataset for trainer tests: the class signal lives
 in a few directions of a nonlinear feature map, buried in nuisance noise, so
 an untrained network retrieves poorly and a trained one well."""
+
 import torch
 
 
