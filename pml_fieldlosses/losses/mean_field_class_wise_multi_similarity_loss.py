@@ -56,7 +56,7 @@ class MeanFieldClassWiseMultiSimilarityLoss(BaseMeanFieldLoss):
         miner_weights = lmu.convert_to_weights(indices_tuple, labels, dtype=dtype)
         sims = self.distance(embeddings, self.mean_fields)
         classes, batch_class, first_sample = compact_labels(labels)
-        num_batch_classes, C = len(classes), self.num_classes
+        num_batch_classes = len(classes)
         counts = torch.bincount(batch_class, minlength=num_batch_classes).to(dtype)
         log_scale = torch.log(miner_weights) - torch.log(counts)[batch_class]
 
