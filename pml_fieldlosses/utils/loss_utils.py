@@ -28,10 +28,27 @@ def log1p_sum_exp(values, groups, num_groups):
     return shift + torch.log(torch.exp(-shift) + sums)
 
 
-def upcast_half(x):
-    """float16/bfloat16 -> float32; anything else (including None) unchanged."""
-    if x is not None and x.dtype in (torch.float16, torch.bfloat16):
+class _SaturatingUpcast(torch.autograd.Function):
+    """float16/bfloat16 -> float32; the gradient goes back in the input's dtype,
+    saturated at its largest finite value (float16 overflows at 65504, e.g. for
+    the 1/eps slope of normalising an all-zero embedding)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.dtype = x.dtype
         return x.float()
+
+    @staticmethod
+    def backward(ctx, grad):
+        largest = torch.finfo(ctx.dtype).max
+        return grad.clamp(-largest, largest).to(ctx.dtype)
+
+
+def upcast_half(x):
+    """float16/bfloat16 -> float32 (saturating the gradient on the way back);
+    anything else (including None) unchanged."""
+    if x is not None and x.dtype in (torch.float16, torch.bfloat16):
+        return _SaturatingUpcast.apply(x)
     return x
 
 

@@ -1,0 +1,27 @@
+import pytest
+import torch
+
+from .loss_registry import ALL_LOSSES
+
+
+@pytest.fixture
+def deterministic():
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(previous)
+
+
+@pytest.mark.parametrize("name", ALL_LOSSES)
+def test_identical_results_twice_under_deterministic_algorithms(name, deterministic):
+    results = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        loss_func = ALL_LOSSES[name](20, 16)
+        x = torch.randn(40, 16, requires_grad=True)
+        labels = torch.randint(0, 12, (40,))
+        loss = loss_func(x, labels)
+        loss.backward()
+        results.append([loss.detach(), x.grad] + [p.grad for p in loss_func.parameters()])
+    for a, b in zip(*results):
+        assert torch.equal(a, b)

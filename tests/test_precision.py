@@ -1,0 +1,54 @@
+"""Mixed precision: bfloat16 autocast on CPU always, float16 autocast on CUDA when
+present. Finite values and gradients, parameters kept in float32, agreement with
+float32 within the documented tolerance, and many random steps without a
+non-finite value."""
+
+import pytest
+import torch
+
+from .loss_registry import ALL_LOSSES
+
+DEVICES = [("cpu", torch.bfloat16)] + ([("cuda", torch.float16)] if torch.cuda.is_available() else [])
+# loss under autocast vs float32, relative (docs/robustness.md)
+AUTOCAST_RTOL = {torch.bfloat16: 2e-2, torch.float16: 2e-3}
+
+
+def random_step(name, generator, device, dtype):
+    """One random batch through a Linear embedder under autocast; returns the
+    loss, the parameters and their gradients, and the float32 loss."""
+    num_classes = int(torch.randint(1, 40, (), generator=generator))
+    embedding_size = int(torch.randint(2, 64, (), generator=generator))
+    batch_size = int(torch.randint(1, 64, (), generator=generator))
+    labels = torch.randint(0, num_classes, (batch_size,), generator=generator).to(device)
+    scale = 10 ** float(torch.empty(()).uniform_(-3, 3, generator=generator))
+    data = (torch.randn(batch_size, 16, generator=generator) * scale).to(device)
+    embedder = torch.nn.Linear(16, embedding_size).to(device)
+    loss_func = ALL_LOSSES[name](num_classes, embedding_size).to(device)
+    reference = loss_func(embedder(data), labels)
+    with torch.autocast(device, dtype=dtype):
+        loss = loss_func(embedder(data), labels)
+    loss.backward()
+    return loss, list(embedder.parameters()) + list(loss_func.parameters()), reference
+
+
+def check_steps(name, device, dtype, steps):
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        loss, parameters, reference = random_step(name, generator, device, dtype)
+        assert loss.dtype == torch.float32 and torch.isfinite(loss)
+        for p in parameters:
+            assert p.dtype == torch.float32 and torch.isfinite(p.grad).all()
+        torch.testing.assert_close(loss.detach(), reference.detach(), rtol=AUTOCAST_RTOL[dtype], atol=1e-3)
+
+
+@pytest.mark.parametrize("device, dtype", DEVICES)
+@pytest.mark.parametrize("name", ALL_LOSSES)
+def test_autocast_random_steps(name, device, dtype):
+    check_steps(name, device, dtype, steps=100)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device, dtype", DEVICES)
+@pytest.mark.parametrize("name", ALL_LOSSES)
+def test_autocast_10000_random_steps(name, device, dtype):
+    check_steps(name, device, dtype, steps=10_000)
