@@ -6,7 +6,7 @@ from pml_fieldlosses import losses
 
 def test_losses_namespace_has_pml_and_ours():
     assert losses.ProxyAnchorLoss is pml_losses.ProxyAnchorLoss
-    assert losses.CrossBatchMemory is pml_losses.CrossBatchMemory
+    assert issubclass(losses.CrossBatchMemory, pml_losses.CrossBatchMemory)  # also accepts CWMS
     for cls in losses.FIELD_LOSSES:
         assert getattr(losses, cls.__name__) is cls
         assert issubclass(cls, pml_losses.BaseMetricLossFunction)

@@ -4,6 +4,7 @@ from pytorch_metric_learning.losses import *  # noqa: F401,F403
 
 from .base_mean_field_loss import BaseMeanFieldLoss
 from .class_wise_multi_similarity_loss import ClassWiseMultiSimilarityLoss
+from .cross_batch_memory import CrossBatchMemory  # PML's, also accepting ClassWiseMultiSimilarityLoss
 from .mean_field_class_wise_multi_similarity_loss import MeanFieldClassWiseMultiSimilarityLoss
 from .mean_field_contrastive_loss import MeanFieldContrastiveLoss
 from .mixins import CheckedForwardMixin

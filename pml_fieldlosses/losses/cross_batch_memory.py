@@ -1,0 +1,33 @@
+from pytorch_metric_learning.losses import CrossBatchMemory as PMLCrossBatchMemory
+
+
+class CrossBatchMemory(PMLCrossBatchMemory):
+    """PML's CrossBatchMemory, also accepting our pair-based ClassWiseMultiSimilarityLoss.
+
+    Behaves exactly like ``pytorch_metric_learning.losses.CrossBatchMemory``
+    (same arguments, memory, miner and self-comparison handling); it only
+    extends ``supported_losses()``, the hook PML provides for this. The loss
+    then compares the batch (queries) with the memory (references), over
+    all batch-memory pairs except each sample with its own memory copy
+    (or over the mined pairs with a miner).
+
+    Our losses whose second operand is a learnable per-class parameter (the
+    mean-field and potential-field losses) have no use for a memory of past
+    embeddings and are refused with a ValueError.
+    """
+
+    @staticmethod
+    def supported_losses():
+        return PMLCrossBatchMemory.supported_losses() + ["ClassWiseMultiSimilarityLoss"]
+
+    @classmethod
+    def check_loss_support(cls, loss_name):
+        from . import FIELD_LOSSES
+
+        if loss_name not in cls.supported_losses() and loss_name in {c.__name__ for c in FIELD_LOSSES}:
+            raise ValueError(
+                f"CrossBatchMemory makes no sense for {loss_name}: it compares each embedding with "
+                "learnable per-class parameters, not with other embeddings, so a memory of past "
+                "embeddings would never be used"
+            )
+        super().check_loss_support(loss_name)
