@@ -1,6 +1,6 @@
 """Physics-inspired metric-learning losses for pytorch-metric-learning."""
 
-from . import losses
+from . import losses, models
 
 __version__ = "0.1.0"
 

@@ -8,9 +8,11 @@ from .cross_batch_memory import CrossBatchMemory  # PML's, also accepting ClassW
 from .mean_field_class_wise_multi_similarity_loss import MeanFieldClassWiseMultiSimilarityLoss
 from .mean_field_contrastive_loss import MeanFieldContrastiveLoss
 from .mixins import CheckedForwardMixin
+from .relational_loss import RelationalLoss
 
 FIELD_LOSSES = [
     ClassWiseMultiSimilarityLoss,
     MeanFieldClassWiseMultiSimilarityLoss,
     MeanFieldContrastiveLoss,
+    RelationalLoss,
 ]

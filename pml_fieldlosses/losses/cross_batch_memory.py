@@ -11,8 +11,8 @@ class CrossBatchMemory(PMLCrossBatchMemory):
     all batch-memory pairs except each sample with its own memory copy
     (or over the mined pairs with a miner).
 
-    Our losses whose second operand is a learnable per-class parameter (the
-    mean-field and potential-field losses) have no use for a memory of past
+    Our other losses (second operand a learnable per-class parameter, or the
+    DRML head's outputs for the current batch) have no use for a memory of past
     embeddings and are refused with a ValueError.
     """
 
@@ -26,8 +26,8 @@ class CrossBatchMemory(PMLCrossBatchMemory):
 
         if loss_name not in cls.supported_losses() and loss_name in {c.__name__ for c in FIELD_LOSSES}:
             raise ValueError(
-                f"CrossBatchMemory makes no sense for {loss_name}: it compares each embedding with "
-                "learnable per-class parameters, not with other embeddings, so a memory of past "
-                "embeddings would never be used"
+                f"CrossBatchMemory makes no sense for {loss_name}: it does not compare embeddings with "
+                "a reference set of other embeddings (it uses learnable per-class parameters, or the "
+                "embedder's outputs for the current batch), so a memory of past embeddings would never be used"
             )
         super().check_loss_support(loss_name)

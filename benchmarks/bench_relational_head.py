@@ -1,0 +1,141 @@
+"""Forward+backward time of the DRML relational head next to a plain Linear embedder.
+
+    python benchmarks/bench_relational_head.py                # B=180, 1024 -> 512, K=4, C=100, CPU
+    python benchmarks/bench_relational_head.py --device cuda --batch-size 512
+
+One training step without the optimiser, from trunk features (requiring grad, as
+if a trunk produced them) to the backward of the loss:
+
+* linear:     Linear(in, out) + ProxyAnchorLoss(C, out)
+* relational: RelationalEmbedder(in, out, K) + RelationalLoss(ProxyAnchorLoss(C, out),
+              branch_losses: ProxyAnchorLoss(C, out / K)), i.e. the DRML-PA objective
+* relational head + base loss only: the same head (training mode) + ProxyAnchorLoss(C, out)
+              on its output, without the branch and reconstruction terms (the head's own cost)
+* linear / relational (eval forward): the embedder alone in eval mode, no grad (test-time cost)
+
+Times are medians over --reps interleaved rounds in one process; the ratio to
+"linear" is printed (target for the training step: <= 2). On a shared machine
+wall times swing with the load of other processes; --clock cpu runs torch on
+one thread and measures that thread's CPU time (time.thread_time), which other
+processes barely disturb.
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+from pytorch_metric_learning import losses
+
+from pml_fieldlosses.losses.relational_loss import RelationalLoss
+from pml_fieldlosses.models import RelationalEmbedder
+
+
+def make_inputs(batch_size, num_classes, in_features, device, seed=0):
+    """Trunk features and labels with 4 samples per class (as an MPerClassSampler)."""
+    g = torch.Generator().manual_seed(seed)
+    classes = torch.randperm(num_classes, generator=g)[: max(1, batch_size // 4)]
+    labels = classes.repeat_interleave(4)[:batch_size]
+    labels = torch.cat([labels, classes[: batch_size - len(labels)]])
+    features = torch.randn(batch_size, in_features, generator=g)
+    return features.to(device).requires_grad_(), labels.to(device)
+
+
+def build(args):
+    torch.manual_seed(0)
+    C, D, K = args.num_classes, args.embedding_size, args.num_branches
+    linear = torch.nn.Linear(args.in_features, D)
+    linear_loss = losses.ProxyAnchorLoss(C, D)
+    head = RelationalEmbedder(args.in_features, D, K)
+    with torch.no_grad():  # a trained integrator: the relational path is not a no-op
+        head.integrator.weight.add_(0.1 * torch.randn_like(head.integrator.weight))
+    head_loss = RelationalLoss(
+        head, losses.ProxyAnchorLoss(C, D), branch_losses=lambda: losses.ProxyAnchorLoss(C, D // K)
+    )
+    modules = [linear, linear_loss, head, head_loss]
+    for m in modules:
+        m.to(args.device)
+    return {
+        "linear": training_step(linear, linear_loss),
+        "relational": training_step(head, head_loss),
+        "relational head + base loss only": training_step(head, linear_loss),
+        "linear (eval forward)": eval_forward(linear),
+        "relational (eval forward)": eval_forward(head),
+    }
+
+
+def training_step(embedder, loss_fn):
+    def step(features, labels):
+        embedder.train()
+        embedder.zero_grad(set_to_none=True)
+        loss_fn.zero_grad(set_to_none=True)
+        features.grad = None
+        loss_fn(embedder(features), labels).backward()
+
+    return step
+
+
+def eval_forward(embedder):
+    def step(features, labels):
+        embedder.eval()
+        with torch.no_grad():
+            embedder(features)
+
+    return step
+
+
+def synchronize(device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--batch-size", type=int, default=180)
+    parser.add_argument("--in-features", type=int, default=1024)
+    parser.add_argument("--embedding-size", type=int, default=512)
+    parser.add_argument("--num-branches", type=int, default=4)
+    parser.add_argument("--num-classes", type=int, default=100)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall")
+    args = parser.parse_args()
+    if args.clock == "cpu":
+        if args.device != "cpu":
+            parser.error("--clock cpu measures CPU time: use it with --device cpu")
+        args.threads = 1
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
+
+    steps = build(args)
+    features, labels = make_inputs(args.batch_size, args.num_classes, args.in_features, args.device)
+    for step in steps.values():  # warm-up
+        for _ in range(3):
+            step(features, labels)
+    times = {name: [] for name in steps}
+    for _ in range(args.reps):
+        for name, step in steps.items():
+            synchronize(args.device)
+            start = clock()
+            step(features, labels)
+            synchronize(args.device)
+            times[name].append(clock() - start)
+
+    print(
+        f"B={args.batch_size}, {args.in_features} -> {args.embedding_size}, K={args.num_branches}, "
+        f"C={args.num_classes}, device={args.device}, threads={torch.get_num_threads()}, "
+        f"torch {torch.__version__}, {args.clock} clock, median of {args.reps} interleaved rounds"
+    )
+    baseline = statistics.median(times["linear"])
+    print(f"{'step':<34}{'ms':>10}{'x linear':>10}")
+    for name, t in times.items():
+        median = statistics.median(t)
+        print(f"{name:<34}{1000 * median:>10.3f}{median / baseline:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+import torch
+from pytorch_metric_learning.losses import BaseMetricLossFunction
+from pytorch_metric_learning.utils import common_functions as c_f
+
+from ..models.relational_embedder import RelationalEmbedder
+from ..utils import checks
+from ..utils.loss_utils import upcast_half
+
+
+# "Deep Relational Metric Learning" (Zheng et al., ICCV 2021), the DRML objective;
+# official code: zbr17/DRML (RelationEmbedder outputs + GeDML loss links)
+class RelationalLoss(BaseMetricLossFunction):
+    """The DRML objective around any PML loss, for the outputs of a RelationalEmbedder.
+
+    loss = sum_k branch_losses[k](nodes of the samples assigned to branch k)
+           + representation_weight * base_loss(embeddings)
+           + reconstruction_weight * mean reconstruction error.
+
+    A sample is assigned to the branch with the smallest reconstruction error
+    (ties -> lowest branch index; not differentiated); an empty branch adds 0.
+    The branch nodes and reconstruction errors are those the embedder recorded
+    for ``embeddings`` in its training-mode forward (looked up by the identity
+    of the tensor), so the loss must receive the embedder's output unchanged.
+
+    base_loss sees embeddings of size embedder.embedding_size, the branch
+    losses embeddings of size embedder.branch_size. branch_losses is
+    None (base_loss is used for the branches too; only for a loss without
+    parameters or buffers), a loss module (shared by all branches), a list of
+    num_branches losses, or a function with no arguments that returns a new
+    loss (called once per branch), e.g.
+    ``lambda: ProxyAnchorLoss(num_classes, embedder.branch_size)``.
+
+    indices_tuple (from a miner on the embeddings) goes to base_loss unchanged.
+    Branch k gets the tuples whose samples all lie in branch k, re-indexed
+    into the branch, or, if branch_miner is given, branch_miner(branch nodes,
+    branch labels).
+    """
+
+    def __init__(
+        self,
+        embedder,
+        base_loss,
+        branch_losses=None,
+        representation_weight=1.0,
+        reconstruction_weight=1.0,
+        branch_miner=None,
+        **kwargs,
+    ):
+        if "distance" in kwargs:
+            raise ValueError("RelationalLoss has no distance of its own: set the distance on base_loss")
+        super().__init__(**kwargs)
+        if isinstance(embedder, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
+            embedder = embedder.module
+        if not isinstance(embedder, RelationalEmbedder):
+            raise TypeError(f"embedder must be a RelationalEmbedder, got {type(embedder).__name__}")
+        if not isinstance(base_loss, torch.nn.Module):
+            raise TypeError(f"base_loss must be a loss module, got {type(base_loss).__name__}")
+        checks.check_non_negative("representation_weight", representation_weight)
+        checks.check_non_negative("reconstruction_weight", reconstruction_weight)
+        self.num_branches = embedder.num_branches
+        self.branch_size = embedder.branch_size
+        self.embedding_size = embedder.embedding_size
+        # a plain object, not a submodule: the embedder's parameters stay out of loss.parameters()
+        self.branch_output_cache = embedder.branch_output_cache
+        self.representation_weight = representation_weight
+        self.reconstruction_weight = reconstruction_weight
+        self.base_loss = base_loss
+        # a ModuleDict keyed "branch_k": record-keeper names its tables after these keys, and
+        # ModuleList's "0", "1", ... give table names that sqlite refuses
+        self.branch_losses = torch.nn.ModuleDict(
+            {f"branch_{k}": loss for k, loss in enumerate(self.build_branch_losses(base_loss, branch_losses))}
+        )
+        self.branch_miner = branch_miner
+        check_size_attribute("base_loss", base_loss, self.embedding_size)
+        base_parameters = {id(p) for p in base_loss.parameters()}
+        for k in range(self.num_branches):
+            check_size_attribute(f"branch_losses[{k}]", self.branch_loss_of(k), self.branch_size)
+            if any(id(p) in base_parameters for p in self.branch_loss_of(k).parameters()):
+                raise ValueError(
+                    f"branch_losses[{k}] shares parameters with base_loss, but base_loss sees embeddings of "
+                    f"size {self.embedding_size} and the branch losses of size {self.branch_size}"
+                )
+        self.add_to_recordable_attributes(
+            list_of_names=["num_branches", "representation_weight", "reconstruction_weight"], is_stat=False
+        )
+        self.add_to_recordable_attributes(
+            list_of_names=[f"num_samples_branch_{k}" for k in range(self.num_branches)], is_stat=True
+        )
+
+    def build_branch_losses(self, base_loss, branch_losses):
+        K = self.num_branches
+        if branch_losses is None:
+            if has_state(base_loss):
+                raise ValueError(
+                    f"base_loss ({type(base_loss).__name__}) has parameters or buffers sized for the full "
+                    f"embedding ({self.embedding_size}); the branches need losses for embeddings of size "
+                    f"{self.branch_size}: pass branch_losses, e.g. branch_losses=lambda: "
+                    f"{type(base_loss).__name__}(..., embedding_size={self.branch_size}, ...)"
+                )
+            return [base_loss] * K
+        if isinstance(branch_losses, torch.nn.Module):
+            return [branch_losses] * K
+        if callable(branch_losses):
+            losses = [branch_losses() for _ in range(K)]
+        elif isinstance(branch_losses, (list, tuple)):
+            if len(branch_losses) != K:
+                raise ValueError(f"branch_losses has {len(branch_losses)} entries, expected num_branches={K}")
+            losses = list(branch_losses)
+        else:
+            raise TypeError(
+                "branch_losses must be None, a loss module, a list of num_branches loss modules or a "
+                f"function returning a new loss module, got {type(branch_losses).__name__}"
+            )
+        for k, loss in enumerate(losses):
+            if not isinstance(loss, torch.nn.Module):
+                raise TypeError(f"branch_losses[{k}] must be a loss module, got {type(loss).__name__}")
+        return losses
+
+    def forward(self, embeddings, labels=None, indices_tuple=None, ref_emb=None, ref_labels=None):
+        """PML's forward, except that the branch outputs are looked up (by the identity of
+        ``embeddings``) before half-precision inputs are upcast: the losses and the
+        reduction run in at least float32 with autocast off."""
+        checks.check_embeddings(embeddings, self.embedding_size)
+        checks.check_labels(labels, embeddings)
+        if ref_emb is not None or ref_labels is not None:
+            raise ValueError("RelationalLoss does not support ref_emb/ref_labels")
+        nodes, errors = self.branch_output_cache.find(embeddings)
+        self.reset_stats()
+        labels = c_f.to_device(labels, embeddings)
+        with torch.autocast(embeddings.device.type, enabled=False):
+            embeddings, nodes, errors = upcast_half(embeddings), upcast_half(nodes), upcast_half(errors)
+            loss_dict = self.loss_terms(embeddings, nodes, errors, labels, indices_tuple)
+            self.add_embedding_regularization_to_loss_dict(loss_dict, embeddings)
+            return self.reducer(loss_dict, embeddings, labels)
+
+    def compute_loss(self, embeddings, labels, indices_tuple, ref_emb, ref_labels):
+        """PML's hook: the loss dict of the three weighted terms for ``embeddings``,
+        an output of the embedder's training-mode forward."""
+        c_f.ref_not_supported(embeddings, labels, ref_emb, ref_labels)
+        nodes, errors = self.branch_output_cache.find(embeddings)
+        return self.loss_terms(embeddings, nodes, errors, labels, indices_tuple)
+
+    def loss_terms(self, embeddings, nodes, errors, labels, indices_tuple):
+        branch_loss = self.branch_loss(nodes, errors, labels, indices_tuple)
+        representation_loss = self.base_loss(embeddings, labels, indices_tuple)
+        reconstruction_loss = errors.mean()
+        return {
+            "branch_loss": already_reduced(branch_loss),
+            "representation_loss": already_reduced(self.representation_weight * representation_loss),
+            "reconstruction_loss": already_reduced(self.reconstruction_weight * reconstruction_loss),
+        }
+
+    def branch_loss(self, nodes, errors, labels, indices_tuple):
+        """Sum over branches of the branch loss on the samples assigned to the branch."""
+        assignment = errors.detach().argmin(dim=1)  # first minimum: ties -> lowest index
+        counts = torch.bincount(assignment, minlength=self.num_branches).tolist()
+        members_of_branch = torch.argsort(assignment, stable=True).split(counts)
+        total = 0
+        for k, members in enumerate(members_of_branch):
+            if self.collect_stats:
+                setattr(self, f"num_samples_branch_{k}", counts[k])
+            if counts[k] == 0:
+                continue
+            branch_nodes, branch_labels = nodes[members, k], labels[members]
+            if self.branch_miner is not None:
+                branch_tuple = self.branch_miner(branch_nodes, branch_labels)
+            else:
+                branch_tuple = restrict_indices_tuple(indices_tuple, members, len(labels))
+            total = total + self.branch_loss_of(k)(branch_nodes, branch_labels, branch_tuple)
+        return total
+
+    def branch_loss_of(self, k):
+        return self.branch_losses[f"branch_{k}"]
+
+    def _sub_loss_names(self):
+        return ["branch_loss", "representation_loss", "reconstruction_loss"]
+
+
+def restrict_indices_tuple(indices_tuple, members, batch_size):
+    """The tuples of indices_tuple (triplets (a, p, n) or pairs (a1, p, a2, n))
+    whose samples are all in ``members``, re-indexed into ``members``."""
+    if indices_tuple is None:
+        return None
+    if len(indices_tuple) == 3:
+        groups = [(0, 1, 2)]
+    elif len(indices_tuple) == 4:
+        groups = [(0, 1), (2, 3)]
+    else:
+        raise ValueError(
+            "indices_tuple must be triplets (anchors, positives, negatives) or pairs "
+            f"(anchors1, positives, anchors2, negatives), got a tuple of length {len(indices_tuple)}"
+        )
+    local = torch.full((batch_size,), -1, dtype=torch.long, device=members.device)
+    local[members] = torch.arange(len(members), device=members.device)
+    restricted = []
+    for group in groups:
+        mapped = [local[indices_tuple[i].to(members.device)] for i in group]
+        keep = torch.stack(mapped).ge(0).all(dim=0)
+        restricted.extend(m[keep] for m in mapped)
+    return tuple(restricted)
+
+
+def has_state(module):
+    return any(True for _ in module.parameters()) or any(True for _ in module.buffers())
+
+
+def check_size_attribute(name, loss, expected):
+    size = getattr(loss, "embedding_size", None)
+    if isinstance(size, int) and size != expected:
+        raise ValueError(
+            f"{name} was built with embedding_size={size}, but it receives embeddings of size {expected}"
+        )
+
+
+def already_reduced(loss):
+    return {"losses": loss, "indices": None, "reduction_type": "already_reduced"}
