@@ -35,9 +35,10 @@ LOSSES = {
     "MFCWMS+reg": lambda C, D: losses.MeanFieldClassWiseMultiSimilarityLoss(C, D, mf_reg_weight=1.0),
     "PFML": lambda C, D: losses.PotentialFieldLoss(C, D),
     "CPML": lambda C, D: losses.ContrastivePotentialLoss(C, D),
+    "PFML-M15": lambda C, D: losses.PotentialFieldLoss(C, D, proxies_per_class=15),
 }
-DEFAULT_LOSSES = ["ProxyAnchor", "MultiSimilarity", "MFCont", "CWMS", "MFCWMS"]
-BATCH_SIZES = [64, 180, 1024]
+DEFAULT_LOSSES = ["ProxyAnchor", "MultiSimilarity", "MFCont", "CWMS", "MFCWMS", "PFML", "CPML"]
+BATCH_SIZES = [64, 180, 256, 1024]
 NUM_CLASSES = [100, 1000, 11318]
 EMBEDDING_SIZE = 512
 

@@ -9,4 +9,6 @@ ALL_LOSSES = {
     "MeanFieldClassWiseMultiSimilarity": lambda C, D: losses.MeanFieldClassWiseMultiSimilarityLoss(
         C, D, mf_reg_weight=0.1
     ),
+    "PotentialField": lambda C, D: losses.PotentialFieldLoss(C, D),
+    "ContrastivePotential": lambda C, D: losses.ContrastivePotentialLoss(C, D),
 }

@@ -18,6 +18,8 @@ PARAMETRIC_LOSSES = {
     "MeanFieldClassWiseMultiSimilarity": lambda: losses.MeanFieldClassWiseMultiSimilarityLoss(
         C, D, alpha=2.0, beta=40.0, base=0.5
     ),
+    "PotentialField": lambda: losses.PotentialFieldLoss(C, D, delta=0.5, alpha=2.0),
+    "ContrastivePotential": lambda: losses.ContrastivePotentialLoss(C, D, delta=0.5),
 }
 
 

@@ -18,6 +18,12 @@ CASES = {
         C, D, alpha=2.0, beta=10.0, base=0.5, mf_reg_weight=0.5
     ),
     "ClassWiseMultiSimilarity": lambda: losses.ClassWiseMultiSimilarityLoss(alpha=2.0, beta=10.0, base=0.5),
+    "PotentialField": lambda: losses.PotentialFieldLoss(
+        C, D, proxies_per_class=2, delta=0.8, alpha=2.0, repulsion_delta=1.0
+    ),
+    "ContrastivePotential": lambda: losses.ContrastivePotentialLoss(
+        C, D, proxies_per_class=3, delta=0.6, repulsion_delta=1.2
+    ),
 }
 
 

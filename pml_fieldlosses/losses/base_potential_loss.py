@@ -1,0 +1,264 @@
+import torch
+from pytorch_metric_learning.distances import LpDistance
+from pytorch_metric_learning.losses import BaseMetricLossFunction, WeightRegularizerMixin
+from pytorch_metric_learning.reducers import SumReducer
+from pytorch_metric_learning.utils import common_functions as c_f
+from torch.utils.checkpoint import checkpoint
+
+from ..utils import checks
+from ..utils.neighbor_list import NeighborList, squared_distance_slack
+from .mixins import CheckedForwardMixin
+
+
+# Shared part of the losses of "Potential Field Based Deep Metric Learning"
+# (Bhatnagar & Ahuja, CVPR 2025), Eq. 1-6; no official code exists.
+class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricLossFunction):
+    """Energy of the batch embeddings and all learnable proxies in a potential field.
+
+    The points are the B (normalised) embeddings and the num_classes *
+    proxies_per_class proxies (normalised if ``normalize_proxies``), each with
+    its class. The energy of point a is E_a = sum_{b != a} phi(d_ab), with
+    d the Euclidean distance, phi = ``attraction`` for points of the same
+    class and ``repulsion`` otherwise, over every other point: batch-batch,
+    batch-proxy and proxy-proxy pairs of all classes, also those absent from
+    the batch. The loss returns E_a as two element losses, "embedding_loss"
+    (the B embeddings, indexed like them) and "proxy_loss" (the proxies,
+    flattened class-major); the default SumReducer adds them up to
+    U = sum_a sum_{b != a} phi(d_ab), the paper's energy (Eq. 6) without its
+    constant self terms.
+
+    Subclasses give ``attraction(sq)`` and ``repulsion(sq)`` as functions of
+    the squared distance sq = d^2; attraction must be constant for
+    d <= delta and repulsion constant for d >= repulsion_delta. Only pairs off
+    those plateaus are computed; the others add a constant, counted per point:
+    same-class pairs within delta and different-class pairs beyond
+    repulsion_delta (all but a few of the (B + N M)^2 pairs). The candidates
+    are found with matrix products in blocks (no gradient), those between
+    proxies of different classes with a Verlet ``NeighborList`` that searches
+    a proxy's pairs again only once it has moved by more than half its
+    clearance; the candidate energies are then computed exactly from the
+    coordinate differences, with gradient. Proxies of one class interact
+    through their class's M x M Gram matrix.
+    """
+
+    # entries of one block of a distance computation (bounds the memory)
+    chunk_entries = 2**22
+    # skin of the proxy neighbour list, in units of repulsion_delta
+    neighbor_skin = 1.0
+
+    def __init__(
+        self,
+        num_classes,
+        embedding_size,
+        proxies_per_class,
+        delta,
+        repulsion_delta=None,
+        normalize_proxies=True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        c_f.assert_distance_type(self, LpDistance, p=2, power=1)
+        checks.check_positive_int("num_classes", num_classes)
+        checks.check_positive_int("embedding_size", embedding_size)
+        checks.check_positive_int("proxies_per_class", proxies_per_class)
+        checks.check_positive("delta", delta)
+        if repulsion_delta is None:
+            repulsion_delta = delta
+        checks.check_positive("repulsion_delta", repulsion_delta)
+        self.num_classes = num_classes
+        self.embedding_size = embedding_size
+        self.proxies_per_class = proxies_per_class
+        self.delta = delta
+        self.repulsion_delta = repulsion_delta
+        self.normalize_proxies = normalize_proxies
+        self.proxies = torch.nn.Parameter(torch.Tensor(num_classes, proxies_per_class, embedding_size))
+        self.weight_init_func(self.proxies)
+        self.neighbor_list = NeighborList(self.chunk_entries)
+        self.add_to_recordable_attributes(
+            list_of_names=[
+                "num_classes",
+                "embedding_size",
+                "proxies_per_class",
+                "delta",
+                "repulsion_delta",
+            ],
+            is_stat=False,
+        )
+        self.add_to_recordable_attributes(
+            list_of_names=["num_attraction_pairs", "num_repulsion_pairs", "num_reanchored_proxies"],
+            is_stat=True,
+        )
+
+    def attraction(self, sq):
+        raise NotImplementedError
+
+    def repulsion(self, sq):
+        raise NotImplementedError
+
+    def cast_types(self, dtype, device):
+        # never below float32: half-precision inputs were upcast by CheckedForwardMixin
+        self.proxies.data = c_f.to_device(self.proxies.data, device=device, dtype=dtype)
+
+    def compute_loss(self, embeddings, labels, indices_tuple, ref_emb, ref_labels):
+        c_f.indices_tuple_not_supported(indices_tuple)
+        checks.ref_not_supported(self, embeddings, labels, ref_emb, ref_labels)
+        self.cast_types(embeddings.dtype, embeddings.device)
+        B, M = len(embeddings), self.proxies_per_class
+        embeddings = self.distance.maybe_normalize(embeddings)
+        proxies = self.proxies.reshape(-1, self.embedding_size)
+        if self.normalize_proxies:
+            proxies = self.distance.normalize(proxies)
+        point_labels = torch.cat([labels, self.proxy_labels(labels.device)])
+        with torch.no_grad():
+            pairs, same = self.candidate_pairs(embeddings.detach(), proxies.detach(), point_labels)
+        # the pairs' points: all embeddings, and only the proxies in some pair
+        rows = torch.unique(pairs[pairs >= B]) - B
+        points = torch.cat([embeddings, torch.nn.functional.embedding(rows, proxies)])
+        local = torch.empty_like(point_labels)
+        local[:B] = torch.arange(B, device=local.device)
+        local[B + rows] = torch.arange(B, len(points), device=local.device)
+        pair_energies = self.pair_energies(points, local[pairs], same)
+        intra_class = self.intra_class_energies(proxies.view(self.num_classes, M, -1)).reshape(-1)
+        energies = self.plateau_energies(point_labels, embeddings.dtype)
+        energies = torch.cat(
+            [
+                energies[:B] + pair_energies[:B],
+                (energies[B:] + intra_class).index_add(0, rows, pair_energies[B:]),
+            ]
+        )
+        if self.collect_stats:
+            self.num_attraction_pairs = int(same.sum())
+            self.num_repulsion_pairs = int((~same).sum())
+            self.num_reanchored_proxies = self.neighbor_list.last_reanchored
+        loss_dict = {
+            "embedding_loss": {
+                "losses": energies[:B],
+                "indices": c_f.torch_arange_from_size(embeddings),
+                "reduction_type": "element",
+            },
+            "proxy_loss": {
+                "losses": energies[B:],
+                "indices": c_f.torch_arange_from_size(proxies),
+                "reduction_type": "element",
+            },
+        }
+        # PML's regularizers take one row per vector: (num_classes * proxies_per_class, D)
+        self.add_weight_regularization_to_loss_dict(loss_dict, self.proxies.reshape(-1, self.embedding_size))
+        return loss_dict
+
+    def proxy_labels(self, device):
+        classes = torch.arange(self.num_classes, device=device)
+        return classes.repeat_interleave(self.proxies_per_class)
+
+    def plateaus(self, dtype, device):
+        """attraction(delta^2) and repulsion(repulsion_delta^2), as tensors, so
+        that potential - plateau is exactly 0 on the plateaus."""
+        inside = self.attraction(torch.tensor(self.delta**2, dtype=dtype, device=device))
+        outside = self.repulsion(torch.tensor(self.repulsion_delta**2, dtype=dtype, device=device))
+        return inside, outside
+
+    def plateau_energies(self, point_labels, dtype):
+        """Per point: every other point counted at its plateau value."""
+        inside, outside = self.plateaus(dtype, point_labels.device)
+        class_sizes = torch.bincount(point_labels, minlength=self.num_classes)[point_labels]
+        same = (class_sizes - 1).to(dtype)
+        return inside * same + outside * (len(point_labels) - 1 - same)
+
+    def intra_class_energies(self, proxies):
+        """(N, M): for each proxy, the sum over the other proxies of its class of
+        attraction - plateau, from the class's Gram matrix (attraction is flat
+        near 0, so the rounding of |a|^2 + |b|^2 - 2 a.b does not matter there;
+        the diagonal is on the plateau and adds exactly 0)."""
+        inside = self.plateaus(proxies.dtype, proxies.device)[0]
+        gram = torch.bmm(proxies, proxies.transpose(1, 2))
+        sq_norms = gram.diagonal(dim1=1, dim2=2)
+        sq = sq_norms.unsqueeze(2) + sq_norms.unsqueeze(1) - 2 * gram
+        return (self.attraction(sq) - inside).sum(dim=2)
+
+    def candidate_pairs(self, embeddings, proxies, point_labels):
+        """Unordered pairs (i < j) of points (embeddings first, then proxies)
+        that may be off the plateau, except those between two proxies of one
+        class (see intra_class_energies): same-class pairs farther than delta
+        and different-class pairs closer than repulsion_delta. A superset
+        (margin for rounding). Returns a (2, K) index tensor and a bool mask
+        of the same-class pairs."""
+        B, M = len(embeddings), self.proxies_per_class
+        labels, proxy_labels = point_labels[:B], point_labels[B:]
+        slack = max(squared_distance_slack(embeddings), squared_distance_slack(proxies))
+        att_threshold = self.delta**2 - slack
+        rep_threshold = self.repulsion_delta**2 + slack
+        arange = torch.arange(B, device=labels.device)
+        # embeddings among themselves
+        emb_sq_norms = torch.linalg.vector_norm(embeddings, dim=1).square()
+        proxy_sq_norms = torch.linalg.vector_norm(proxies, dim=1).square()
+        sq = emb_sq_norms.unsqueeze(1) + emb_sq_norms.unsqueeze(0) - 2 * embeddings @ embeddings.T
+        same = labels.unsqueeze(1) == labels.unsqueeze(0)
+        upper = arange.unsqueeze(1) < arange.unsqueeze(0)
+        pairs = [(upper & torch.where(same, sq > att_threshold, sq < rep_threshold)).nonzero().T]
+        # each embedding and the proxies of its class (all of them: M per embedding)
+        own = B + labels.unsqueeze(1) * M + torch.arange(M, device=labels.device)
+        pairs.append(torch.stack([arange.repeat_interleave(M), own.reshape(-1)]))
+        # embeddings and the proxies of other classes, in blocks of rows
+        step = max(1, self.chunk_entries // len(proxies))
+        for start in range(0, B, step):
+            sq = torch.addmm(
+                proxy_sq_norms.unsqueeze(0), embeddings[start : start + step], proxies.T, alpha=-2
+            )
+            sq += emb_sq_norms[start : start + step].unsqueeze(1)
+            row, col = (sq < rep_threshold).nonzero().unbind(1)
+            row = row + start
+            keep = labels[row] != proxy_labels[col]
+            pairs.append(torch.stack([row[keep], B + col[keep]]))
+        # proxies of different classes: the neighbour list, then their current distances
+        skin = self.neighbor_skin * self.repulsion_delta
+        self.neighbor_list.chunk_entries = self.chunk_entries
+        neighbors = self.neighbor_list.update(proxies, M, self.repulsion_delta, skin)
+        step = max(1, self.chunk_entries // proxies.shape[1])
+        for start in range(0, neighbors.shape[1], step):
+            block = neighbors[:, start : start + step]
+            pairs.append(block[:, self.pair_sq_distances(proxies, block) < rep_threshold] + B)
+        pairs = torch.cat(pairs, dim=1)
+        # a canonical order: the sums do not depend on the list's history (the
+        # extra candidates it may hold add exact zeros)
+        pairs = pairs[:, (pairs[0] * len(point_labels) + pairs[1]).argsort()]
+        return pairs, point_labels[pairs[0]] == point_labels[pairs[1]]
+
+    @staticmethod
+    def pair_sq_distances(points, pairs):
+        """||p_i - p_j||^2 from the coordinate differences (exact near 0). The
+        rows are gathered with F.embedding (= points[indices]), whose backward
+        is much faster on CPU than index_select's for repeated indices."""
+        ends = torch.nn.functional.embedding(pairs.reshape(-1), points).view(2, pairs.shape[1], -1)
+        return (ends[0] - ends[1]).pow(2).sum(dim=1)
+
+    def pair_energies(self, points, pairs, same):
+        """Per point: the sum over the given pairs containing it of
+        potential - plateau (attraction for same-class pairs, else repulsion),
+        in blocks (recomputed in the backward pass when there are several, so
+        memory is bounded)."""
+        energies = points.new_zeros(len(points))
+        step = max(1, self.chunk_entries // points.shape[1])
+        use_checkpoint = torch.is_grad_enabled() and points.requires_grad and pairs.shape[1] > step
+        for start in range(0, pairs.shape[1], step):
+            block, block_same = pairs[:, start : start + step], same[start : start + step]
+            if use_checkpoint:
+                terms = checkpoint(self.block_energies, points, block, block_same, use_reentrant=False)
+            else:
+                terms = self.block_energies(points, block, block_same)
+            energies = energies.index_add(0, block[0], terms).index_add(0, block[1], terms)
+        return energies
+
+    def block_energies(self, points, pairs, same):
+        inside, outside = self.plateaus(points.dtype, points.device)
+        sq = self.pair_sq_distances(points, pairs)
+        # both branches are finite (clamped), so torch.where's gradient is clean
+        return torch.where(same, self.attraction(sq) - inside, self.repulsion(sq) - outside)
+
+    def get_default_reducer(self):
+        return SumReducer()
+
+    def get_default_distance(self):
+        return LpDistance(p=2, power=1, normalize_embeddings=True)
+
+    def _sub_loss_names(self):
+        return ["embedding_loss", "proxy_loss"]

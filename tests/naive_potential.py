@@ -1,0 +1,140 @@
+"""Naive references for the potential-field losses, written from
+../shared/spec/LOSSES.md section 6: an explicit Python loop over all ordered
+pairs of points (slow on purpose, small inputs only), and a dense vectorised
+(B + N M)^2 version of the same formula for longer runs.
+Both take raw tensors x (B, D), labels y (list or tensor), proxies (N, M, D)
+and return the per-point energies [E_a] (batch points first, then the proxies
+class-major); the loss with a SumReducer is their sum. At the end: the test
+cases shared by the PFML and CPML test files."""
+
+import torch
+
+from pml_fieldlosses import losses
+
+from .naive import nrm
+
+FLOOR = 1e-3  # PotentialFieldLoss.distance_floor
+
+
+def pfml_potential(d, same, delta, alpha, repulsion_delta):
+    # Eq. 1, 2 with the distance floor in the repulsion
+    if same:
+        return -(torch.clamp(d, min=delta) ** (-alpha))
+    return torch.clamp(torch.clamp(d, min=FLOOR), max=repulsion_delta) ** (-alpha)
+
+
+def cpml_potential(d, same, delta, repulsion_delta):
+    # supplement A attraction, mirrored repulsion
+    if same:
+        return torch.clamp(d, min=delta) ** 2
+    return -(torch.clamp(d, max=repulsion_delta) ** 2)
+
+
+def points_and_labels(x, y, proxies, normalize_proxies):
+    y = [int(v) for v in y]
+    N, M = proxies.shape[0], proxies.shape[1]
+    points = [nrm(x[i]) for i in range(len(y))]
+    labels = list(y)
+    for j in range(N):
+        for k in range(M):
+            points.append(nrm(proxies[j, k]) if normalize_proxies else proxies[j, k])
+            labels.append(j)
+    return points, labels
+
+
+def naive_energies(x, y, proxies, potential, normalize_proxies=True):
+    """E_a = sum over b != a of potential(d_ab, same class), explicit loops."""
+    points, labels = points_and_labels(x, y, proxies, normalize_proxies)
+    energies = []
+    for a in range(len(points)):
+        energy = 0
+        for b in range(len(points)):
+            if b == a:
+                continue
+            sq = torch.sum((points[a] - points[b]) ** 2)
+            # d = 0 for coincident points, without differentiating sqrt at 0
+            d = torch.sqrt(sq) if sq > 0 else sq
+            energy = energy + potential(d, labels[a] == labels[b])
+        energies.append(energy)
+    return energies
+
+
+def naive_pfml(x, y, proxies, delta, alpha, repulsion_delta=None, normalize_proxies=True):
+    rd = delta if repulsion_delta is None else repulsion_delta
+    return naive_energies(
+        x, y, proxies, lambda d, same: pfml_potential(d, same, delta, alpha, rd), normalize_proxies
+    )
+
+
+def naive_cpml(x, y, proxies, delta, repulsion_delta=None, normalize_proxies=True):
+    rd = delta if repulsion_delta is None else repulsion_delta
+    return naive_energies(
+        x, y, proxies, lambda d, same: cpml_potential(d, same, delta, rd), normalize_proxies
+    )
+
+
+def dense_energies(x, y, proxies, delta, alpha=None, repulsion_delta=None, normalize_proxies=True):
+    """Same as naive_pfml (alpha given) or naive_cpml (alpha None), as one
+    (P, P) matrix; returns a tensor of P energies."""
+    rd = delta if repulsion_delta is None else repulsion_delta
+    N, M, D = proxies.shape
+    q = proxies.reshape(N * M, D)
+    q = torch.nn.functional.normalize(q, dim=1) if normalize_proxies else q
+    points = torch.cat([torch.nn.functional.normalize(x, dim=1), q])
+    labels = torch.cat([torch.as_tensor(y), torch.arange(N).repeat_interleave(M)])
+    sq = ((points[:, None] - points[None]) ** 2).sum(-1)
+    positive = sq > 0  # d = 0 for coincident points, without differentiating sqrt at 0
+    d = torch.where(positive, torch.sqrt(torch.where(positive, sq, 1.0)), 0.0)
+    same = labels[:, None] == labels[None]
+    if alpha is None:
+        phi = torch.where(same, torch.clamp(d, min=delta) ** 2, -(torch.clamp(d, max=rd) ** 2))
+    else:
+        phi = torch.where(
+            same,
+            -(torch.clamp(d, min=delta) ** (-alpha)),
+            torch.clamp(torch.clamp(d, min=FLOOR), max=rd) ** (-alpha),
+        )
+    off_diagonal = ~torch.eye(len(points), dtype=torch.bool)
+    return (phi * off_diagonal).sum(dim=1)
+
+
+# Each case: (builder of our loss from (num_classes, embedding_size, proxies_per_class, **kw),
+# naive per-point energies (x, y, proxies, normalize_proxies), dense energies (same)).
+# The hyperparameters make every term matter for normalised points in 6 dimensions (the
+# "defaults" cases check the default values; their small radius leaves few repelling pairs).
+def _case(loss_name, delta, alpha=None, repulsion_delta=None, default=False):
+    def build(C, D, M, **kw):
+        if default:
+            kw = dict(proxies_per_class=M, **kw)
+        else:
+            kw = dict(proxies_per_class=M, delta=delta, repulsion_delta=repulsion_delta, **kw)
+            if alpha is not None:
+                kw["alpha"] = alpha
+        return getattr(losses, loss_name)(C, D, **kw)
+
+    def naive(x, y, proxies, normalize_proxies=True):
+        if alpha is None:
+            return naive_cpml(x, y, proxies, delta, repulsion_delta, normalize_proxies)
+        return naive_pfml(x, y, proxies, delta, alpha, repulsion_delta, normalize_proxies)
+
+    def dense(x, y, proxies, normalize_proxies=True):
+        return dense_energies(x, y, proxies, delta, alpha, repulsion_delta, normalize_proxies)
+
+    return build, naive, dense
+
+
+PFML_CASES = {
+    "defaults": _case("PotentialFieldLoss", 0.2, 4.0, default=True),
+    "delta0.8_alpha2": _case("PotentialFieldLoss", 0.8, 2.0),
+    "delta0.6_alpha6_rdelta1.1": _case("PotentialFieldLoss", 0.6, 6.0, 1.1),
+    "delta1_alpha0.5_rdelta0.7": _case("PotentialFieldLoss", 1.0, 0.5, 0.7),
+}
+CPML_CASES = {
+    "defaults": _case("ContrastivePotentialLoss", 0.2, default=True),
+    "delta0.8": _case("ContrastivePotentialLoss", 0.8),
+    "delta0.6_rdelta1.2": _case("ContrastivePotentialLoss", 0.6, None, 1.2),
+}
+ALL_CASES = {
+    **{f"PFML_{k}": v for k, v in PFML_CASES.items()},
+    **{f"CPML_{k}": v for k, v in CPML_CASES.items()},
+}

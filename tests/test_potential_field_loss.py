@@ -1,0 +1,264 @@
+"""PotentialFieldLoss against the naive loop reference (value and gradients),
+edge cases, gradcheck, bad input, mixed precision."""
+
+import warnings
+import zlib
+
+import pytest
+import torch
+from pytorch_metric_learning.reducers import MeanReducer
+
+from pml_fieldlosses import losses
+
+from .helpers import EMBEDDING_SIZE, LABEL_PATTERNS, NUM_CLASSES, assert_close, gradients, make_labels
+from .naive_potential import PFML_CASES, naive_pfml
+from .test_bad_inputs import BAD_CALLS
+
+DTYPES = [torch.float32, torch.float64]
+
+
+def generator_for(*key):
+    return torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
+
+
+def random_inputs(batch_size, num_classes, M, dtype, g, normalized=False, proxy_scale=1.0):
+    x = torch.randn(batch_size, EMBEDDING_SIZE, generator=g, dtype=torch.float64) * 3
+    if normalized:
+        x = torch.nn.functional.normalize(x, dim=1)
+    proxies = torch.randn(num_classes, M, EMBEDDING_SIZE, generator=g, dtype=torch.float64) * proxy_scale
+    return x.to(dtype), proxies.to(dtype)
+
+
+def check_against_naive(loss_fn, naive, x, labels, proxies, dtype, normalize_proxies=True):
+    """Our loss (default SumReducer) == sum of the naive per-point energies,
+    and the gradients w.r.t. embeddings and proxies agree."""
+    x = x.clone().requires_grad_()
+    with torch.no_grad():
+        loss_fn.proxies.copy_(proxies)
+    loss = loss_fn(x, torch.tensor(labels))
+    assert loss.dtype == dtype and loss_fn.proxies.dtype == dtype
+    grad_x, grad_p = gradients(loss, [x, loss_fn.proxies])
+
+    x64 = x.detach().double().requires_grad_()
+    p64 = proxies.detach().double().requires_grad_()
+    expected = sum(naive(x64, labels, p64, normalize_proxies))
+    expected_grad_x, expected_grad_p = gradients(expected, [x64, p64])
+    assert_close(loss, expected, dtype)
+    assert_close(grad_x, expected_grad_x, dtype)
+    assert_close(grad_p, expected_grad_p, dtype)
+
+
+def check_cases_match_naive(cases, case, pattern, dtype, normalized):
+    g = generator_for(case, pattern, dtype, normalized)
+    build, naive, _ = cases[case]
+    labels = make_labels(pattern, g)
+    x, proxies = random_inputs(len(labels), NUM_CLASSES, 2, dtype, g, normalized)
+    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, 2).to(dtype)
+    check_against_naive(loss_fn, naive, x, labels, proxies, dtype)
+
+
+@pytest.mark.parametrize("normalized", [False, True], ids=["raw", "normalized"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("pattern", LABEL_PATTERNS)
+@pytest.mark.parametrize("case", PFML_CASES)
+def test_matches_naive(case, pattern, dtype, normalized):
+    check_cases_match_naive(PFML_CASES, case, pattern, dtype, normalized)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("M", [1, 3])
+@pytest.mark.parametrize("normalize_proxies", [True, False])
+def test_proxies_per_class_and_raw_proxies_match_naive(M, normalize_proxies, dtype):
+    g = generator_for("M", M, normalize_proxies, dtype)
+    build, naive, _ = PFML_CASES["delta0.8_alpha2"]
+    labels = [0, 0, 2, 2, 2, 5, 5, 1, 8]
+    # raw proxies near the unit sphere, so that they interact with the embeddings
+    x, proxies = random_inputs(len(labels), NUM_CLASSES, M, dtype, g, proxy_scale=0.45)
+    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, M, normalize_proxies=normalize_proxies).to(dtype)
+    check_against_naive(loss_fn, naive, x, labels, proxies, dtype, normalize_proxies)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_duplicated_points_are_finite_and_exact(dtype):
+    """Coincident points of different classes sit at the distance floor
+    (value floor^-alpha, no force); of the same class on the attraction plateau."""
+    g = generator_for("duplicates", dtype)
+    build, naive, _ = PFML_CASES["delta0.8_alpha2"]
+    x, proxies = random_inputs(6, NUM_CLASSES, 2, dtype, g)
+    labels = [0, 1, 1, 3, 4, 4]
+    x[1] = x[0] * 2.0  # same direction, different class: d = 0 after normalisation
+    x[2] = x[0]
+    x[4] = x[3]  # different classes
+    x[5] = x[3]
+    proxies[0, 1] = proxies[0, 0]  # two proxies of class 0 coincide
+    proxies[7, 0] = proxies[0, 0] * 0.5  # a proxy of class 7 on one of class 0
+    proxies[1, 0] = x[0]  # a proxy of class 1 on an embedding of class 0
+    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, 2).to(dtype)
+    check_against_naive(loss_fn, naive, x, labels, proxies, dtype)
+    loss = loss_fn(x.clone().requires_grad_(), torch.tensor(labels))
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(t).all() for t in torch.autograd.grad(loss, [loss_fn.proxies]))
+
+
+def test_default_hyperparameters_and_reducer():
+    loss_fn = losses.PotentialFieldLoss(3, 4)
+    assert (loss_fn.proxies_per_class, loss_fn.delta, loss_fn.alpha) == (2, 0.2, 4.0)
+    assert loss_fn.repulsion_delta == 0.2 and loss_fn.normalize_proxies
+    assert loss_fn.proxies.shape == (3, 2, 4)
+    assert {name: type(r).__name__ for name, r in loss_fn.reducer.reducers.items()} == {
+        "embedding_loss": "SumReducer",
+        "proxy_loss": "SumReducer",
+    }
+    assert [name for name, _ in loss_fn.named_parameters()] == ["proxies"]
+    assert set(loss_fn.state_dict()) == {"proxies"}
+    for name in ["num_classes", "embedding_size", "proxies_per_class", "delta", "repulsion_delta", "alpha"]:
+        assert name in loss_fn._record_these
+
+
+def test_distance_must_be_euclidean_and_controls_embedding_normalisation():
+    from pytorch_metric_learning.distances import CosineSimilarity, LpDistance
+
+    with pytest.raises(AssertionError, match="LpDistance"):
+        losses.PotentialFieldLoss(5, 4, distance=CosineSimilarity())
+    g = generator_for("distance")
+    x = torch.nn.functional.normalize(torch.randn(6, 4, generator=g, dtype=torch.float64), dim=1)
+    labels = torch.tensor([0, 0, 1, 2, 3, 3])
+    normalizing = losses.PotentialFieldLoss(5, 4, delta=0.8, alpha=2.0).double()
+    raw = losses.PotentialFieldLoss(
+        5, 4, delta=0.8, alpha=2.0, distance=LpDistance(normalize_embeddings=False)
+    ).double()
+    raw.load_state_dict(normalizing.state_dict())
+    assert_close(raw(x, labels), normalizing(x, labels), torch.float64)  # same on unit vectors
+    assert not torch.isclose(raw(3 * x, labels), normalizing(3 * x, labels))  # raw scale matters
+
+
+def test_sub_losses_with_mean_reducer():
+    """embedding_loss has one element per embedding, proxy_loss one per proxy."""
+    g = generator_for("mean reducer")
+    labels = [0, 0, 2, 5, 5, 1]
+    x, proxies = random_inputs(len(labels), NUM_CLASSES, 2, torch.float64, g)
+    loss_fn = losses.PotentialFieldLoss(
+        NUM_CLASSES, EMBEDDING_SIZE, delta=0.8, alpha=2.0, reducer=MeanReducer()
+    ).double()
+    with torch.no_grad():
+        loss_fn.proxies.copy_(proxies)
+    energies = naive_pfml(x, labels, proxies, 0.8, 2.0)
+    B = len(labels)
+    expected = sum(energies[:B]) / B + sum(energies[B:]) / (len(energies) - B)
+    assert_close(loss_fn(x, torch.tensor(labels)), expected, torch.float64)
+
+
+def test_weight_regularizer_on_proxies():
+    from pytorch_metric_learning.regularizers import LpRegularizer
+
+    g = generator_for("weight reg")
+    labels = torch.tensor([0, 1, 1])
+    x, proxies = random_inputs(3, 4, 2, torch.float64, g)
+    plain = losses.PotentialFieldLoss(4, EMBEDDING_SIZE).double()
+    regularized = losses.PotentialFieldLoss(
+        4, EMBEDDING_SIZE, weight_regularizer=LpRegularizer(), weight_reg_weight=0.5
+    ).double()
+    with torch.no_grad():
+        plain.proxies.copy_(proxies)
+        regularized.proxies.copy_(proxies)
+    penalty = 0.5 * torch.linalg.vector_norm(proxies, dim=-1).mean()  # LpRegularizer: mean row norm
+    assert_close(regularized(x, labels), plain(x, labels) + penalty, torch.float64)
+
+
+def test_chunked_and_checkpointed_paths_match_naive():
+    """Tiny blocks: every block loop runs many times, the pair energies are
+    checkpointed, and the neighbour list is searched in many blocks."""
+    g = generator_for("chunks")
+    build, naive, _ = PFML_CASES["delta0.6_alpha6_rdelta1.1"]
+    labels = [0, 0, 2, 2, 2, 5, 5, 1, 8, 8, 3]
+    x, proxies = random_inputs(len(labels), NUM_CLASSES, 3, torch.float64, g)
+    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, 3).double()
+    loss_fn.chunk_entries = 2 * EMBEDDING_SIZE  # also the neighbour list's blocks
+    check_against_naive(loss_fn, naive, x, labels, proxies, torch.float64)
+    assert loss_fn.neighbor_list.chunk_entries == 2 * EMBEDDING_SIZE
+    assert loss_fn.neighbor_list.pairs.shape[1] > 10
+
+
+@pytest.mark.parametrize("case", PFML_CASES)
+def test_gradcheck_float64(case):
+    g = generator_for(case, "gradcheck")
+    labels = torch.tensor([0, 0, 2, 2, 5, 1])
+    x, proxies = random_inputs(len(labels), 6, 2, torch.float64, g)
+    x.requires_grad_()
+    loss_fn = PFML_CASES[case][0](6, EMBEDDING_SIZE, 2).double()
+    with torch.no_grad():
+        loss_fn.proxies.copy_(proxies)
+    assert torch.autograd.gradcheck(lambda x, p: loss_fn(x, labels), (x, loss_fn.proxies))
+
+
+def test_bf16_autocast_keeps_float32_proxies_and_finite_gradients():
+    g = generator_for("bf16")
+    embedder = torch.nn.Linear(8, EMBEDDING_SIZE)
+    loss_fn = losses.PotentialFieldLoss(NUM_CLASSES, EMBEDDING_SIZE, delta=0.8, alpha=4.0)
+    data, labels = torch.randn(12, 8, generator=g), torch.randint(0, NUM_CLASSES, (12,), generator=g)
+    reference = loss_fn(embedder(data), labels)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        embeddings = embedder(data)
+        assert embeddings.dtype == torch.bfloat16
+        loss = loss_fn(embeddings, labels)
+    loss.backward()
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    assert loss_fn.proxies.dtype == torch.float32 and torch.isfinite(loss_fn.proxies.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in embedder.parameters())
+    torch.testing.assert_close(loss.detach(), reference.detach(), rtol=2e-2, atol=1e-3)
+
+
+BAD_CONSTRUCTIONS = [
+    (dict(num_classes=0), "num_classes"),
+    (dict(num_classes=2.5), "num_classes"),
+    (dict(embedding_size=0), "embedding_size"),
+    (dict(proxies_per_class=0), "proxies_per_class"),
+    (dict(proxies_per_class=1.5), "proxies_per_class"),
+    (dict(delta=0), "delta"),
+    (dict(delta=-0.1), "delta"),
+    (dict(alpha=-1), "alpha"),
+    (dict(alpha=float("nan")), "alpha"),
+    (dict(repulsion_delta=0), "repulsion_delta"),
+    (dict(repulsion_delta=-1), "repulsion_delta"),
+    (dict(repulsion_delta=5e-4), "repulsion_delta must be > distance_floor"),
+    (dict(alpha=9), "alpha=9 is too large"),
+]
+
+
+@pytest.mark.parametrize("kwargs, message", BAD_CONSTRUCTIONS)
+def test_bad_hyperparameters_raise_at_construction(kwargs, message):
+    kwargs = {"num_classes": 5, "embedding_size": 4, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        losses.PotentialFieldLoss(**kwargs)
+
+
+def test_alpha_zero_warns_and_has_zero_gradient():
+    with pytest.warns(UserWarning, match="alpha=0"):
+        loss_fn = losses.PotentialFieldLoss(5, 4, alpha=0)
+    x = torch.randn(6, 4, requires_grad=True)
+    loss = loss_fn(x, torch.tensor([0, 0, 1, 2, 3, 3]))
+    grad_x, grad_p = torch.autograd.grad(loss, [x, loss_fn.proxies])
+    assert grad_x.abs().max() == 0 and grad_p.abs().max() == 0
+    # every ordered pair is -1 (same class) or +1 (different classes)
+    class_sizes = [2 + 2, 1 + 2, 1 + 2, 2 + 2, 0 + 2]  # samples + 2 proxies, classes 0..4
+    same, P = sum(n * (n - 1) for n in class_sizes), sum(class_sizes)
+    assert loss.item() == pytest.approx((P * (P - 1) - same) - same)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        losses.PotentialFieldLoss(5, 4, alpha=1e-3)
+
+
+@pytest.mark.parametrize("bad", BAD_CALLS)
+def test_bad_calls_raise_clear_errors(bad):
+    args, error, message = BAD_CALLS[bad]
+    with pytest.raises(error, match=message):
+        losses.PotentialFieldLoss(5, 4)(*args)
+
+
+def test_miners_and_reference_sets_are_refused():
+    loss_fn = losses.PotentialFieldLoss(5, 4)
+    x, y = torch.randn(4, 4), torch.tensor([0, 0, 1, 1])
+    with pytest.raises(ValueError, match="indices_tuple is not supported"):
+        loss_fn(x, y, indices_tuple=(torch.tensor([0]), torch.tensor([1]), torch.tensor([2])))
+    with pytest.raises(ValueError, match="does not support ref_emb"):
+        loss_fn(x, y, ref_emb=torch.randn(2, 4), ref_labels=torch.tensor([0, 1]))

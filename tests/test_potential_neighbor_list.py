@@ -1,0 +1,261 @@
+"""The proxy neighbour list: its invariants under random motion, the scalable
+losses against the dense reference at every step of training runs with moving
+proxies, forced and avoided rebuilds, and the list as a cache (in-place
+changes, dtype changes, state_dict, no-grad calls)."""
+
+import copy
+
+import pytest
+import torch
+
+from pml_fieldlosses import losses
+from pml_fieldlosses.utils.neighbor_list import NeighborList
+
+from .helpers import assert_close
+from .naive_potential import dense_energies
+
+
+def true_close_pairs(points, group_size, cutoff):
+    n = len(points)
+    groups = torch.arange(n) // group_size
+    upper = torch.arange(n).unsqueeze(1) < torch.arange(n).unsqueeze(0)
+    close = (torch.cdist(points.double(), points.double()) < cutoff) & (groups[:, None] != groups[None])
+    return close & upper
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize(
+    "dim, n, group_size, cutoff, skin, speed",
+    [(3, 240, 3, 0.2, 0.1, 0.03), (8, 150, 2, 0.5, 0.3, 0.1), (2, 120, 1, 0.1, 0.05, 0.02)],
+)
+def test_list_holds_every_close_pair_and_valid_clearances(dim, n, group_size, cutoff, skin, speed, dtype):
+    """Random walks on the sphere (30% of the points move per step): the list
+    always contains every pair of different groups closer than the cutoff, and
+    every clearance is a lower bound of the reference distance to every point
+    of another group that is not listed with it."""
+    g = torch.Generator().manual_seed(dim)
+    points = torch.nn.functional.normalize(torch.randn(n, dim, generator=g, dtype=dtype), dim=1)
+    neighbors = NeighborList(chunk_entries=997)  # many blocks
+    groups = torch.arange(n) // group_size
+    for _ in range(40):
+        pairs = neighbors.update(points, group_size, cutoff, skin)
+        listed = torch.zeros(n, n, dtype=torch.bool)
+        listed[pairs[0], pairs[1]] = True
+        assert (pairs[0] < pairs[1]).all() and (groups[pairs[0]] != groups[pairs[1]]).all()
+        assert len(set(map(tuple, pairs.T.tolist()))) == pairs.shape[1]  # no duplicates
+        assert not (true_close_pairs(points, group_size, cutoff) & ~listed).any()
+        reference = neighbors.reference.double()
+        unlisted = (groups[:, None] != groups[None]) & ~(listed | listed.T)
+        nearest = torch.where(unlisted, torch.cdist(reference, reference), torch.inf).amin(dim=1)
+        assert (neighbors.clearance.double() <= nearest).all()
+        step = torch.randn(n, dim, generator=g, dtype=dtype) * speed
+        moving = torch.rand(n, 1, generator=g) < 0.3
+        points = torch.nn.functional.normalize(points + step * moving, dim=1)
+    assert neighbors.num_builds == 1 and neighbors.num_partial_rebuilds > 5
+
+
+def training_run(loss_fn, steps, proxy_lr, generator, dense_kwargs, check=True):
+    """Adam on an embedding table and on the proxies; the loss and all
+    gradients are compared with the dense reference at every step (float64)."""
+    C, M, D = loss_fn.proxies.shape
+    table = torch.nn.Parameter(torch.randn(5 * C, D, generator=generator, dtype=torch.float64))
+    table_labels = torch.arange(C).repeat(5)
+    optimizer = torch.optim.Adam(
+        [{"params": [table]}, {"params": loss_fn.parameters(), "lr": proxy_lr}], lr=0.02
+    )
+    mismatches = 0
+    for _ in range(steps):
+        batch = torch.randperm(len(table), generator=generator)[:16]
+        x, labels = table[batch], table_labels[batch]
+        loss = loss_fn(x, labels)
+        grads = torch.autograd.grad(loss, [table, loss_fn.proxies])
+        p = loss_fn.proxies.detach().clone().requires_grad_()
+        t = table.detach().clone().requires_grad_()
+        expected = dense_energies(t[batch], labels, p, **dense_kwargs).sum()
+        expected_grads = torch.autograd.grad(expected, [t, p])
+        if check:
+            assert_close(loss, expected, torch.float64)
+            for grad, expected_grad in zip(grads, expected_grads):
+                assert_close(grad, expected_grad, torch.float64)
+        else:
+            close = torch.isclose(loss.detach(), expected.detach(), rtol=1e-9, atol=0)
+            mismatches += int(not close)
+        optimizer.zero_grad()
+        table.grad, loss_fn.proxies.grad = grads
+        optimizer.step()
+    return mismatches
+
+
+LOSS_KWARGS = {
+    "PFML": (
+        {"delta": 0.3, "alpha": 4.0, "repulsion_delta": 0.5},
+        {"delta": 0.3, "alpha": 4.0, "repulsion_delta": 0.5},
+    ),
+    "CPML": ({"delta": 0.3, "repulsion_delta": 0.5}, {"delta": 0.3, "alpha": None, "repulsion_delta": 0.5}),
+}
+
+
+def make_loss(name, C=40, M=3, D=4, **extra):
+    kwargs = LOSS_KWARGS[name][0]
+    loss_class = losses.PotentialFieldLoss if name == "PFML" else losses.ContrastivePotentialLoss
+    return loss_class(C, D, proxies_per_class=M, **kwargs, **extra).double()
+
+
+@pytest.mark.parametrize("skin", [0.05, 1.0], ids=["skin0.05", "skin1"])
+@pytest.mark.parametrize("name", LOSS_KWARGS)
+def test_matches_dense_reference_at_every_training_step(name, skin):
+    """40 classes x 3 proxies in 4 dimensions with a large proxy learning rate:
+    proxies of different classes cross each other's repulsion radius all the
+    time, and the list is partly searched again at most steps."""
+    g = torch.Generator().manual_seed(len(name) + int(skin * 100))
+    loss_fn = make_loss(name)
+    loss_fn.neighbor_skin = skin
+    training_run(loss_fn, 25, 0.1, g, LOSS_KWARGS[name][1])
+    neighbors = loss_fn.neighbor_list
+    assert neighbors.num_builds == 1
+    assert neighbors.num_partial_rebuilds >= 5 and neighbors.pairs.shape[1] > 0
+
+
+def test_a_stale_list_is_caught_by_the_dense_comparison(monkeypatch):
+    """The comparison above can fail: with re-anchoring disabled, the list
+    goes stale and the values disagree with the dense reference."""
+    monkeypatch.setattr(NeighborList, "_reanchor", lambda self, points, moved: None)
+    g = torch.Generator().manual_seed(7)
+    loss_fn = make_loss("PFML")
+    loss_fn.neighbor_skin = 0.05
+    mismatches = training_run(loss_fn, 25, 0.1, g, LOSS_KWARGS["PFML"][1], check=False)
+    assert mismatches > 0
+
+
+def two_proxies(gap):
+    """Two classes, one raw proxy each (normalize_proxies=False) on the x axis,
+    ``gap`` apart and far from the unit sphere; repulsion_delta 0.3, skin 0.3:
+    the pair is listed iff gap < 0.6."""
+    loss_fn = losses.PotentialFieldLoss(
+        2, 2, proxies_per_class=1, delta=0.2, alpha=4.0, repulsion_delta=0.3, normalize_proxies=False
+    ).double()
+    with torch.no_grad():
+        loss_fn.proxies.copy_(torch.tensor([[[5.0, 0.0]], [[5.0 + gap, 0.0]]], dtype=torch.float64))
+    return loss_fn
+
+
+def check_dense(loss_fn, x, labels):
+    loss = loss_fn(x, labels)
+    expected = dense_energies(
+        x, labels, loss_fn.proxies.detach(), 0.2, 4.0, 0.3, normalize_proxies=False
+    ).sum()
+    assert_close(loss, expected, torch.float64)
+    return loss
+
+
+def move(loss_fn, shift):
+    """An in-place change between calls, like an optimiser step: the proxies
+    approach each other by ``shift`` each."""
+    with torch.no_grad():
+        loss_fn.proxies[0, 0, 0] += shift
+        loss_fn.proxies[1, 0, 0] -= shift
+
+
+def test_rebuild_happens_exactly_when_the_displacements_require_it():
+    x, labels = torch.tensor([[0.0, 1.0]], dtype=torch.float64), torch.tensor([0])
+    loss_fn = two_proxies(0.61)  # just outside the list radius 0.6: clearance 0.61
+    neighbors = loss_fn.neighbor_list
+    check_dense(loss_fn, x, labels)
+    assert neighbors.num_builds == 1 and neighbors.pairs.shape[1] == 0
+    # each moves 0.15 <= (0.61 - 0.3) / 2 = 0.155: no search, the pair is still >= 0.3 apart
+    move(loss_fn, 0.15)
+    check_dense(loss_fn, x, labels)
+    assert neighbors.last_reanchored == 0 and neighbors.num_partial_rebuilds == 0
+    # another 0.01 each: both exceed their allowance; the pair is now 0.29 < 0.3 apart
+    # and must repel, which only a search can find
+    move(loss_fn, 0.01)
+    loss = check_dense(loss_fn, x, labels)
+    assert neighbors.last_reanchored == 2 and neighbors.num_partial_rebuilds == 1
+    assert neighbors.pairs.tolist() == [[0], [1]]
+    assert loss > check_dense(two_proxies(0.61), x, labels)  # the repulsion is in
+    # no movement: nothing to do
+    check_dense(loss_fn, x, labels)
+    assert neighbors.last_reanchored == 0 and neighbors.num_partial_rebuilds == 1
+
+
+def test_one_moving_proxy_is_searched_alone():
+    g = torch.Generator().manual_seed(3)
+    loss_fn = make_loss("PFML", C=30, M=2, D=3)
+    x, labels = torch.randn(8, 3, generator=g, dtype=torch.float64), torch.randint(0, 30, (8,), generator=g)
+    loss_fn(x, labels)
+    neighbors = loss_fn.neighbor_list
+    for _ in range(3):
+        with torch.no_grad():
+            loss_fn.proxies[4, 1] = torch.randn(3, generator=g, dtype=torch.float64)  # a big jump
+        loss = loss_fn(x, labels)
+        assert neighbors.last_reanchored == 1
+        expected = dense_energies(x, labels, loss_fn.proxies.detach(), **LOSS_KWARGS["PFML"][1]).sum()
+        assert_close(loss, expected, torch.float64)
+    assert neighbors.num_builds == 1 and neighbors.num_partial_rebuilds == 3
+
+
+def test_list_is_a_cache_across_dtype_changes_state_dict_and_no_grad_calls():
+    g = torch.Generator().manual_seed(5)
+    loss_fn = make_loss("PFML", C=30, M=2, D=3).float()
+    x, labels = torch.randn(8, 3, generator=g), torch.randint(0, 30, (8,), generator=g)
+    neighbors = loss_fn.neighbor_list
+    with torch.inference_mode():
+        loss_fn(x, labels)
+    with torch.no_grad():
+        loss_fn.proxies[3, 0] = -loss_fn.proxies[3, 0]
+    # the list made under inference mode is updated and used in a grad-mode call
+    x32 = x.clone().requires_grad_()
+    loss = loss_fn(x32, labels)
+    loss.backward()
+    assert neighbors.num_builds == 1 and neighbors.last_reanchored >= 1
+    expected = dense_energies(x.double(), labels, loss_fn.proxies.detach().double(), **LOSS_KWARGS["PFML"][1])
+    assert_close(loss, expected.sum(), torch.float32)
+    with torch.no_grad():
+        loss_fn(x, labels)
+    assert neighbors.num_builds == 1 and neighbors.reference.dtype == torch.float32
+    # a float64 call casts the proxies (PML's cast_types) and rebuilds the list
+    x64 = x.double().requires_grad_()
+    loss = loss_fn(x64, labels)
+    assert neighbors.num_builds == 2 and neighbors.reference.dtype == torch.float64
+    loss.backward()  # the list made under inference mode does not get in the way
+    assert set(loss_fn.state_dict()) == {"proxies"}
+
+    # load other proxies in place: the displacements notice without a rebuild
+    other = make_loss("PFML", C=30, M=2, D=3)
+    with torch.no_grad():
+        other.proxies.copy_(torch.randn(30, 2, 3, generator=g, dtype=torch.float64))
+    loss_fn.load_state_dict(other.state_dict())
+    expected = dense_energies(x64, labels, other.proxies.detach(), **LOSS_KWARGS["PFML"][1]).sum()
+    assert_close(loss_fn(x64, labels), expected, torch.float64)
+    assert neighbors.num_builds == 2 and neighbors.last_reanchored > 0
+    assert_close(copy.deepcopy(loss_fn)(x64, labels), expected, torch.float64)
+    # a changed repulsion radius or skin invalidates the list
+    loss_fn.neighbor_skin = 0.5
+    loss_fn(x64, labels)
+    assert neighbors.num_builds == 3
+
+
+@pytest.mark.parametrize("name", LOSS_KWARGS)
+def test_results_do_not_depend_on_the_lists_history(name):
+    """A loss whose list was maintained through 15 Adam steps and a fresh one
+    loaded with the same proxies (as after resuming from a checkpoint) give
+    bit-identical values and gradients: the candidate pairs are processed in a
+    canonical order and the list's extra candidates add exact zeros."""
+    g = torch.Generator().manual_seed(11)
+    trained = make_loss(name).float()
+    optimizer = torch.optim.Adam(trained.parameters(), lr=0.1)
+    x, labels = torch.randn(16, 4, generator=g), torch.randint(0, 40, (16,), generator=g)
+    for _ in range(15):
+        optimizer.zero_grad()
+        trained(x, labels).backward()
+        optimizer.step()
+    fresh = make_loss(name).float()
+    fresh.load_state_dict(trained.state_dict())
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    loss1, loss2 = trained(x1, labels), fresh(x2, labels)
+    assert trained.neighbor_list.num_partial_rebuilds > 0 and fresh.neighbor_list.num_builds == 1
+    assert not torch.equal(trained.neighbor_list.pairs, fresh.neighbor_list.pairs)
+    assert torch.equal(loss1, loss2)
+    grads1 = torch.autograd.grad(loss1, [x1, trained.proxies])
+    grads2 = torch.autograd.grad(loss2, [x2, fresh.proxies])
+    assert all(torch.equal(a, b) for a, b in zip(grads1, grads2))
