@@ -6,6 +6,9 @@ non-finite value."""
 import pytest
 import torch
 
+from pml_fieldlosses import losses
+from pml_fieldlosses.models import RelationalEmbedder
+
 from .loss_registry import ALL_LOSSES
 
 DEVICES = [("cpu", torch.bfloat16)] + ([("cuda", torch.float16)] if torch.cuda.is_available() else [])
@@ -15,20 +18,39 @@ AUTOCAST_RTOL = {torch.bfloat16: 2e-2, torch.float16: 2e-3}
 # half-precision embeddings for nearly coincident points (up to ~100% on random data),
 # although on the same rounded embeddings it computes the float32 value (the loss runs
 # in float32); its finiteness and float32 proxies are checked like the others'
-NOT_COMPARED = {"PotentialField"}
+# Nor is the DRML head: each sample goes to the branch with the smallest reconstruction
+# error, and half-precision rounding flips near-ties, which moves samples between branch
+# losses (a jump, not a rounding error, e.g. 103 -> 126 in one random batch)
+HEAD = "RelationalEmbedder+ProxyAnchor"
+NOT_COMPARED = {"PotentialField", HEAD}
+MODELS = list(ALL_LOSSES) + [HEAD]
+
+
+def build(name, num_classes, embedding_size, device):
+    """A Linear embedder and the loss, or the DRML head and its loss around ProxyAnchor."""
+    if name != HEAD:
+        return torch.nn.Linear(16, embedding_size).to(device), ALL_LOSSES[name](
+            num_classes, embedding_size
+        ).to(device)
+    embedder = RelationalEmbedder(16, embedding_size, num_branches=4).to(device)
+    loss_func = losses.RelationalLoss(
+        embedder,
+        losses.ProxyAnchorLoss(num_classes, embedding_size),
+        lambda: losses.ProxyAnchorLoss(num_classes, embedder.branch_size),
+    ).to(device)
+    return embedder, loss_func
 
 
 def random_step(name, generator, device, dtype):
-    """One random batch through a Linear embedder under autocast; returns the
-    loss, the parameters and their gradients, and the float32 loss."""
+    """One random batch through the embedder and loss under autocast; returns
+    the loss, the parameters (with their gradients) and the float32 loss."""
     num_classes = int(torch.randint(1, 40, (), generator=generator))
-    embedding_size = int(torch.randint(2, 64, (), generator=generator))
+    embedding_size = 4 * int(torch.randint(1, 16, (), generator=generator))
     batch_size = int(torch.randint(1, 64, (), generator=generator))
     labels = torch.randint(0, num_classes, (batch_size,), generator=generator).to(device)
     scale = 10 ** float(torch.empty(()).uniform_(-3, 3, generator=generator))
     data = (torch.randn(batch_size, 16, generator=generator) * scale).to(device)
-    embedder = torch.nn.Linear(16, embedding_size).to(device)
-    loss_func = ALL_LOSSES[name](num_classes, embedding_size).to(device)
+    embedder, loss_func = build(name, num_classes, embedding_size, device)
     reference = loss_func(embedder(data), labels)
     with torch.autocast(device, dtype=dtype):
         loss = loss_func(embedder(data), labels)
@@ -42,7 +64,7 @@ def check_steps(name, device, dtype, steps):
         loss, parameters, reference = random_step(name, generator, device, dtype)
         assert loss.dtype == torch.float32 and torch.isfinite(loss)
         for p in parameters:
-            assert p.dtype == torch.float32 and torch.isfinite(p.grad).all()
+            assert p.dtype == torch.float32 and (p.grad is None or torch.isfinite(p.grad).all())
         if name not in NOT_COMPARED:
             torch.testing.assert_close(
                 loss.detach(), reference.detach(), rtol=AUTOCAST_RTOL[dtype], atol=1e-3
@@ -50,13 +72,13 @@ def check_steps(name, device, dtype, steps):
 
 
 @pytest.mark.parametrize("device, dtype", DEVICES)
-@pytest.mark.parametrize("name", ALL_LOSSES)
+@pytest.mark.parametrize("name", MODELS)
 def test_autocast_random_steps(name, device, dtype):
     check_steps(name, device, dtype, steps=100)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("device, dtype", DEVICES)
-@pytest.mark.parametrize("name", ALL_LOSSES)
+@pytest.mark.parametrize("name", MODELS)
 def test_autocast_10000_random_steps(name, device, dtype):
     check_steps(name, device, dtype, steps=10_000)

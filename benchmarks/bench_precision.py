@@ -1,0 +1,103 @@
+"""How far mixed precision moves each loss from float32.
+
+    python benchmarks/bench_precision.py [--steps 200] [--device cuda]
+
+For random batches (shapes, labels, input scales) through a Linear embedder,
+compares the loss and the gradient (of all parameters, embedder's and loss's,
+as one vector) computed under autocast (bfloat16 on CPU, float16 on CUDA) with
+the float32 ones: relative deviations |mixed - float32| / |float32|, median,
+95th percentile and largest over the batches (the largest comes from batches
+whose float32 gradient is nearly 0, where rounding noise dominates), and the
+number of batches with a non-finite value.
+"""
+
+import argparse
+import statistics
+
+import torch
+
+from pml_fieldlosses import losses
+from pml_fieldlosses.models import RelationalEmbedder
+
+LOSSES = {
+    "MeanFieldContrastive": lambda C, D: losses.MeanFieldContrastiveLoss(C, D, mf_reg_weight=0.1),
+    "ClassWiseMultiSimilarity": lambda C, D: losses.ClassWiseMultiSimilarityLoss(),
+    "MeanFieldClassWiseMultiSimilarity": lambda C, D: losses.MeanFieldClassWiseMultiSimilarityLoss(
+        C, D, mf_reg_weight=0.1
+    ),
+    "PotentialField": lambda C, D: losses.PotentialFieldLoss(C, D),
+    "ContrastivePotential": lambda C, D: losses.ContrastivePotentialLoss(C, D),
+    "ProxyAnchor (PML, for reference)": lambda C, D: losses.ProxyAnchorLoss(C, D),
+}
+
+
+def relative(a, b):
+    if not b.any():
+        return 0.0 if not a.any() else float("inf")
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def deviations(name, generator, device, dtype):
+    C = int(torch.randint(2, 60, (), generator=generator))
+    D = 8 * int(torch.randint(1, 16, (), generator=generator))
+    B = int(torch.randint(2, 128, (), generator=generator))
+    labels = torch.randint(0, C, (B,), generator=generator).to(device)
+    data = (torch.randn(B, 32, generator=generator) * 10 ** float(torch.empty(()).uniform_(-2, 2))).to(device)
+    if name == "DRML head + ProxyAnchor":
+        embedder = RelationalEmbedder(32, D, num_branches=4).to(device)
+        loss_func = losses.RelationalLoss(
+            embedder, losses.ProxyAnchorLoss(C, D), lambda: losses.ProxyAnchorLoss(C, embedder.branch_size)
+        )
+    else:
+        embedder = torch.nn.Linear(32, D).to(device)
+        loss_func = LOSSES[name](C, D).to(device)
+    parameters = list(embedder.parameters()) + list(loss_func.parameters())
+    results = []
+    for autocast in [False, True]:
+        for p in parameters:
+            p.grad = None
+        with torch.autocast(device, dtype=dtype, enabled=autocast):
+            loss = loss_func(embedder(data), labels)
+        loss.backward()
+        results.append(
+            (loss.detach(), [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in parameters])
+        )
+    (reference, reference_grads), (mixed, mixed_grads) = results
+    finite = bool(torch.isfinite(mixed)) and all(torch.isfinite(g).all() for g in mixed_grads)
+    return (
+        relative(mixed, reference),
+        max(relative(g, r) for g, r in zip(mixed_grads, reference_grads)),
+        finite,
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    dtype = torch.float16 if args.device.startswith("cuda") else torch.bfloat16
+    print(f"autocast {dtype} on {args.device}, {args.steps} random batches per loss")
+    print(f"{'':<34} {'loss deviation':^29} {'gradient deviation':^29}")
+    print(
+        f"{'loss':<34} {'median':>9} {'p95':>9} {'max':>9} {'median':>9} {'p95':>9} {'max':>9} {'non-finite':>10}"
+    )
+    for name in list(LOSSES) + ["DRML head + ProxyAnchor"]:
+        generator = torch.Generator().manual_seed(0)
+        rows = [deviations(name, generator, args.device, dtype) for _ in range(args.steps)]
+        columns = []
+        for deviation in ([r[0] for r in rows], [r[1] for r in rows]):
+            columns += [
+                statistics.median(deviation),
+                statistics.quantiles(deviation, n=20)[-1],
+                max(deviation),
+            ]
+        print(
+            f"{name:<34} " + " ".join(f"{c:>9.2e}" for c in columns) + f" {sum(not r[2] for r in rows):>10d}"
+        )
+
+
+if __name__ == "__main__":
+    main()
