@@ -14,6 +14,7 @@ the loss's parameters; on CUDA torch.cuda.max_memory_allocated likewise.
 
 import argparse
 import json
+import math
 import re
 import statistics
 import subprocess
@@ -44,11 +45,11 @@ EMBEDDING_SIZE = 512
 
 
 def make_inputs(batch_size, num_classes, embedding_size, device, seed=0):
-    """Embeddings and labels with 4 samples per class (as an MPerClassSampler)."""
+    """Embeddings and labels with (at least) 4 samples per class, as an MPerClassSampler gives."""
     g = torch.Generator().manual_seed(seed)
-    classes = torch.randperm(num_classes, generator=g)[: max(1, batch_size // 4)]
-    labels = classes.repeat_interleave(4)[:batch_size]
-    labels = torch.cat([labels, classes[: batch_size - len(labels)]])
+    per_class = max(4, math.ceil(batch_size / num_classes))
+    classes = torch.randperm(num_classes, generator=g)[: math.ceil(batch_size / per_class)]
+    labels = classes.repeat_interleave(per_class)[:batch_size]
     embeddings = torch.randn(batch_size, embedding_size, generator=g)
     return embeddings.to(device).requires_grad_(), labels.to(device)
 
