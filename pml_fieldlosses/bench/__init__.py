@@ -1,0 +1,147 @@
+"""``pml-fieldlosses bench``: every loss on the same footing, on real data, with a report.
+
+from pml_fieldlosses.bench import BenchConfig, run_bench
+rows = run_bench(BenchConfig(losses=("ProxyAnchor", "MFCWMS"), seeds=3))
+"""
+
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .. import backbones
+from ..datasets import load_emoji, load_image_folder
+from ..datasets.emoji import LICENSES
+from . import plots, report
+from .features import prepare_inputs
+from .metrics import PRIMARY
+from .protocol import BenchConfig, make_split, quick_config
+from .registry import LOSSES, get_entry
+from .runs import UNTRAINED, run_all, run_folder, untrained_test_embeddings
+
+__all__ = ["BenchConfig", "LOSSES", "quick_config", "run_bench", "load_data"]
+
+
+def load_data(config):
+    if config.data == "emoji":
+        return load_emoji(config.image_size, cache=config.cache)
+    return load_image_folder(config.data, config.image_size)
+
+
+def check_config(config, in_features, num_classes):
+    """Build every requested loss once, so that a bad combination fails now and
+    not after an hour of other runs."""
+    import torch
+
+    if config.backbone not in backbones.BACKBONES:
+        raise ValueError(f"unknown backbone {config.backbone!r}; choose from {sorted(backbones.BACKBONES)}")
+    for name in config.losses:
+        entry = get_entry(name)
+        embedder = (
+            entry.embedder(in_features, config.embedding_size) if entry.embedder else torch.nn.Identity()
+        )
+        try:
+            entry.build(num_classes, config.embedding_size, embedder)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"loss {name} cannot be built with these settings: {e}") from e
+
+
+def run_bench(config, file=None):
+    """Run the benchmark of ``config``; print and write the report. Returns the table rows."""
+    file = file or sys.stderr
+    start = time.perf_counter()
+    for name in config.losses:
+        get_entry(name)
+    out_dir = Path(config.out) / config.folder_name()
+    print(f"pml-fieldlosses bench -> {out_dir}", file=file)
+
+    t = time.perf_counter()
+    dataset = load_data(config)
+    data_seconds = time.perf_counter() - t
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _check_or_write_protocol(out_dir, config, dataset.fingerprint())
+    split = make_split(dataset, config.val_fraction)
+    print(
+        f"data: {dataset.name}, {len(dataset.images)} images of {dataset.num_classes} classes at "
+        f"{dataset.image_size} px ({data_seconds:.0f} s); classes train/val/test "
+        f"{split.num_train_classes}/{len(np.unique(split.val_labels))}/{len(np.unique(split.test_labels))}",
+        file=file,
+    )
+    inputs = prepare_inputs(dataset, split, config, file=file)
+    if inputs.seconds:
+        print(f"frozen features computed and cached in {inputs.seconds:.0f} s", file=file)
+    check_config(config, inputs.in_features, split.num_train_classes)
+
+    results = run_all(inputs, config, out_dir, file=file)
+    rows = report.summarize(results)
+    wall = time.perf_counter() - start
+    info = {
+        "data": _describe(config, dataset),
+        "train_classes": split.num_train_classes,
+        "val_classes": len(np.unique(split.val_labels)),
+        "test_classes": len(np.unique(split.test_labels)),
+        "train_images": len(split.train),
+        "val_images": len(split.val),
+        "test_images": len(split.test),
+        "wall_seconds": wall,
+        "wall_note": f"this invocation, including {data_seconds:.0f} s of data loading"
+        + (f" and {inputs.seconds:.0f} s of feature extraction" if inputs.seconds else ""),
+        "licenses": {v: LICENSES[v] for v in set(dataset.sources) if v in LICENSES},
+    }
+    with open(out_dir / "report_log.txt", "w") as log, contextlib.redirect_stderr(log):
+        made = make_plots(results, rows, dataset, inputs, config, out_dir)
+    report.write_csv(rows, out_dir / "results.csv")
+    report.write_markdown(rows, out_dir / "README.md", config, info, made)
+    (out_dir / "summary.json").write_text(json.dumps({"rows": rows, "info": info}, indent=1))
+    print("\n" + report.text_table(rows), file=sys.stdout)
+    print(f"\nreport: {out_dir / 'README.md'}", file=sys.stdout)
+    print(f"wall time: {time.perf_counter() - start:.0f} s", file=sys.stdout)
+    return rows
+
+
+def make_plots(results, rows, dataset, inputs, config, out_dir):
+    """Draw the figures; returns [(title, file name)] of those made."""
+    made = []
+    plots.learning_curves(results, out_dir / "learning_curves.png")
+    made.append(("Learning curves (validation MAP@R)", "learning_curves.png"))
+    plots.time_per_epoch(results, out_dir / "time_per_epoch.png")
+    made.append(("Training time per epoch", "time_per_epoch.png"))
+    trained = [r for r in rows if r["loss"] != UNTRAINED]
+    if not trained:
+        return made
+    best = trained[0]["loss"]
+    path = run_folder(out_dir, best, 0) / "test_embeddings.npz"
+    if path.is_file():
+        embeddings = {UNTRAINED: untrained_test_embeddings(inputs, config)[0]}
+        with np.load(path) as saved:
+            embeddings[best] = saved["embeddings"].astype(np.float32)
+            labels = saved["labels"]
+        images = dataset.images[inputs.split.test]
+        plots.retrieval_grid(images, labels, embeddings, out_dir / "retrieval_grid.png")
+        made.append((f"Retrieval: {UNTRAINED} vs {best} (best {PRIMARY}), seed 0", "retrieval_grid.png"))
+        plots.embedding_map(labels, embeddings, out_dir / "embedding_map.png")
+        made.append(("2-D map of test embeddings", "embedding_map.png"))
+    return made
+
+
+def _describe(config, dataset):
+    if config.data == "emoji":
+        vendors = ", ".join(sorted(set(dataset.sources)))
+        return f"multi-vendor emoji ({vendors})"
+    return f"image folder {config.data}"
+
+
+def _check_or_write_protocol(out_dir, config, data_fingerprint):
+    """Finished runs are reused only for the same settings and the same data."""
+    path = out_dir / "protocol.json"
+    protocol = {**config.protocol(), "data_fingerprint": data_fingerprint}
+    if path.is_file():
+        if json.loads(path.read_text()) != json.loads(json.dumps(protocol)):
+            raise RuntimeError(
+                f"{out_dir} holds results of other settings or other data; use another --out or delete it"
+            )
+        return
+    path.write_text(json.dumps(protocol, indent=1))

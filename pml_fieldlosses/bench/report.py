@@ -1,0 +1,127 @@
+"""The results table: terminal text, Markdown and CSV."""
+
+import csv
+import math
+
+import numpy as np
+
+from .metrics import METRICS, PRIMARY, mean_ci
+from .runs import UNTRAINED
+
+
+def summarize(results):
+    """One row per loss (in first-seen order, the untrained row first): each
+    metric's mean and 95 % CI half-width over seeds, mean epochs to the best
+    validation MAP@R, mean training seconds per epoch."""
+    names = list(dict.fromkeys(r["loss"] for r in results))
+    rows = []
+    for name in names:
+        runs = [r for r in results if r["loss"] == name]
+        row = {"loss": name, "origin": runs[0]["origin"], "seeds": len(runs)}
+        for metric in METRICS:
+            row[metric], row[metric + "_ci"] = mean_ci([r["test"][metric] for r in runs])
+        row["best_epoch"] = float(np.mean([r["best_epoch"] for r in runs]))
+        seconds = [r["seconds_per_epoch"] for r in runs if not math.isnan(r["seconds_per_epoch"])]
+        row["seconds_per_epoch"] = float(np.mean(seconds)) if seconds else math.nan
+        row["run_seconds"] = float(np.mean([r["run_seconds"] for r in runs]))
+        rows.append(row)
+    baseline = next((r for r in rows if r["loss"] == UNTRAINED), None)
+    for row in rows:
+        row["gain"] = row[PRIMARY] - baseline[PRIMARY] if baseline else math.nan
+    trained = sorted((r for r in rows if r["loss"] != UNTRAINED), key=lambda r: -r[PRIMARY])
+    return ([baseline] if baseline else []) + trained
+
+
+def _pm(mean, ci):
+    return f"{mean:.3f}" if math.isnan(ci) else f"{mean:.3f} ± {ci:.3f}"
+
+
+def _cells(row):
+    cells = [row["loss"], row["origin"]]
+    cells += [_pm(row[m], row[m + "_ci"]) for m in METRICS]
+    cells.append("" if row["loss"] == UNTRAINED else f"{row['gain']:+.3f}")
+    cells.append("" if row["loss"] == UNTRAINED else f"{row['best_epoch']:.1f}")
+    cells.append("" if math.isnan(row["seconds_per_epoch"]) else f"{row['seconds_per_epoch']:.2f}")
+    cells.append(str(row["seeds"]))
+    return cells
+
+
+HEADER = ["loss", "from"] + list(METRICS.values()) + ["ΔMAP@R", "best ep", "s/epoch", "seeds"]
+
+
+def text_table(rows):
+    table = [HEADER] + [_cells(r) for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(HEADER))]
+    lines = [
+        "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
+        for line in table
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def markdown_table(rows):
+    lines = [
+        "| " + " | ".join(HEADER) + " |",
+        "|" + "|".join(["---"] * 2 + ["---:"] * (len(HEADER) - 2)) + "|",
+    ]
+    lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def write_csv(rows, path):
+    fields = ["loss", "origin", "seeds"]
+    for metric in METRICS:
+        fields += [metric, metric + "_ci95"]
+    fields += ["gain_map_at_r_vs_untrained", "epochs_to_best_val", "seconds_per_epoch", "seconds_per_run"]
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(fields)
+        for r in rows:
+            values = [r["loss"], r["origin"], r["seeds"]]
+            for metric in METRICS:
+                values += [f"{r[metric]:.5f}", f"{r[metric + '_ci']:.5f}"]
+            values += [
+                f"{r['gain']:.5f}",
+                f"{r['best_epoch']:.2f}",
+                f"{r['seconds_per_epoch']:.4f}",
+                f"{r['run_seconds']:.2f}",
+            ]
+            writer.writerow(values)
+
+
+def write_markdown(rows, path, config, info, plots):
+    """The report: settings, the table, how to read it, the plots."""
+    noise = f", {config.label_noise:.0%} of the training labels corrupted" if config.label_noise else ""
+    lines = [
+        "# pml-fieldlosses bench",
+        "",
+        f"Data: {info['data']}{noise}. Backbone: {config.backbone}, {config.image_size} px, "
+        f"embedding size {config.embedding_size}. Seeds: {config.seeds}. Max epochs: {config.epochs} "
+        f"(early stopping, patience {config.patience}).",
+        "",
+        f"Classes: {info['train_classes']} for training, {info['val_classes']} for validation "
+        f"(carved from the training half), {info['test_classes']} for testing "
+        f"({info['train_images']} / {info['val_images']} / {info['test_images']} images).",
+        "",
+        markdown_table(rows),
+        "",
+        "Test metrics (PML's AccuracyCalculator, faiss kNN, each test image queried against the "
+        "other test images) of the epoch with the best validation MAP@R; mean ± half-width of the "
+        "95 % confidence interval over seeds (Student's t). ΔMAP@R: gain over the untrained row. "
+        "best ep: mean epoch of the best validation MAP@R. s/epoch: training seconds per epoch "
+        "(validation excluded).",
+        "",
+        f"Wall time: {info['wall_seconds']:.0f} s ({info['wall_note']}).",
+        "",
+    ]
+    for title, name in plots:
+        lines += [f"## {title}", "", f"![{title}]({name})", ""]
+    lines += [
+        "Files: `results.csv` (this table), `runs/<loss>/seed<k>/` (result.json, record-keeper records, "
+        "log, best models), `tensorboard/` (`tensorboard --logdir tensorboard`).",
+        "",
+    ]
+    if info.get("licenses"):
+        lines += ["Image licences: " + "; ".join(sorted(set(info["licenses"].values()))) + ".", ""]
+    path.write_text("\n".join(lines))

@@ -1,0 +1,374 @@
+"""The emoji builder on a tiny fake npm registry, safe unpacking, and the image-folder loader.
+No network: a fake `npm` executable serves tarballs made here."""
+
+import io
+import json
+import os
+import stat
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from pml_fieldlosses.datasets import (
+    ImageSet,
+    IntegrityError,
+    NpmPackage,
+    UnsafeArchiveError,
+    load_emoji,
+    load_image_folder,
+    safe_extract,
+    sha512_integrity,
+)
+from pml_fieldlosses.datasets import emoji as emoji_module
+from pml_fieldlosses.datasets.npm import npm_pack
+
+FAKE_NPM = """#!{python}
+import json, shutil, sys
+from pathlib import Path
+here = Path(__file__).parent
+registry = json.loads((here / "registry.json").read_text())
+with open(here / "calls.log", "a") as log:
+    log.write(" ".join(sys.argv[1:]) + "\\n")
+args = sys.argv[1:]
+spec = args[-1] if args[0] == "pack" else args[2]
+if spec not in registry:
+    sys.stderr.write("npm error 404 Not Found - " + spec + "\\n")
+    sys.exit(1)
+entry = registry[spec]
+if args[0] == "pack":
+    dest = Path(args[args.index("--pack-destination") + 1])
+    shutil.copy(entry["tarball"], dest / entry["filename"])
+    print(json.dumps([{{"filename": entry["filename"], "integrity": entry["reported"]}}]))
+elif args[0] == "view":
+    print(json.dumps(entry["registry"]))
+"""
+
+# name, unified, sort_order, category, google, twitter, openmoji annotation, fluent file
+CLASSES = [
+    ("GRINNING FACE", "1F600", 9, "Smileys & Emotion", True, True, "grinning face", "grinning-face"),
+    ("RED APPLE", "1F34E", 8, "Food & Drink", True, True, "red apple", "red-apple-default"),
+    ("DOG FACE", "1F436", 7, "Animals & Nature", True, False, "dog face", "dog-face"),
+    ("ROCKET", "1F680", 6, "Travel & Places", True, True, "rocket", None),
+    ("SOCCER BALL", "26BD", 5, "Activities", False, True, "soccer ball", "soccer-ball"),
+    ("KEY", "1F511", 4, "Objects", True, True, "key", "key"),
+    ("HEAVY HEART", "2764-FE0F", 3, "Symbols", True, True, "red heart", "red-heart"),
+    ("CHEQUERED FLAG", "1F3C1", 2, "Flags", True, True, "chequered flag", "chequered-flag"),
+    ("GLOBE", "1F30D", 1, "Travel & Places", True, True, "globe", None),
+    ("STAR", "2B50", 0, "Symbols", True, True, "star", "star"),
+]
+# a component (skin tone) and an emoji with a single image: both must be left out
+EXTRA = [
+    ("EMOJI MODIFIER FITZPATRICK TYPE-1-2", "1F3FB", 10, "Component", True, True, None, None),
+    ("LONELY", "1F9FF", 11, "Objects", True, False, None, None),
+]
+
+
+def png_bytes(colour, size=12):
+    image = Image.new("RGBA", (size, size), (0, 0, 0, 0))  # transparent: must render white
+    for x in range(3, size - 3):
+        for y in range(3, size - 3):
+            image.putpixel((x, y), colour + (255,))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def svg_bytes(colour):
+    r, g, b = colour
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 72 72">'
+        f'<rect x="18" y="18" width="36" height="36" fill="rgb({r},{g},{b})"/></svg>'
+    ).encode()
+
+
+def make_tarball(path, files):
+    """files: {name inside the tarball: bytes}"""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def colour_of(index, vendor):
+    return ((37 * index + 11 * vendor) % 200 + 40, (53 * index) % 200 + 20, (91 * vendor) % 200 + 30)
+
+
+def fake_packages(folder):
+    """Tarballs of the five packages the builder reads, with CLASSES + EXTRA."""
+    catalogue, om_table = [], []
+    google, twitter, openmoji, fluent = {}, {}, {}, {}
+    for i, (name, code, order, category, has_g, has_t, annotation, fluent_file) in enumerate(CLASSES + EXTRA):
+        image = code.lower() + ".png"
+        catalogue.append(
+            dict(
+                name=name,
+                unified=code,
+                non_qualified=None,
+                image=image,
+                sort_order=order,
+                category=category,
+                has_img_google=has_g,
+                has_img_twitter=has_t,
+                short_names=[name.lower().replace(" ", "_")],
+            )
+        )
+        if has_g:
+            google[f"package/img/google/64/{image}"] = png_bytes(colour_of(i, 0))
+        if has_t:
+            twitter[f"package/img/twitter/64/{image}"] = png_bytes(colour_of(i, 1))
+        if annotation:
+            om_table.append({"hexcode": code, "annotation": annotation})
+            openmoji[f"package/color/svg/{code}.svg"] = svg_bytes(colour_of(i, 2))
+        if fluent_file:
+            for k, style in enumerate(("flat", "modern", "high-contrast")):
+                # two styles drawn alike: the copy within the class is dropped
+                fluent[f"package/icons/{style}/{fluent_file}.svg"] = svg_bytes(colour_of(i, 3 + min(k, 1)))
+    # a skin-tone variant file next to its base, which must not become a class
+    twitter["package/img/twitter/64/1f600-1f3fb.png"] = png_bytes((1, 2, 3))
+    # STAR's and GLOBE's twitter images are identical: ambiguous, both dropped
+    twitter["package/img/twitter/64/2b50.png"] = twitter["package/img/twitter/64/1f30d.png"]
+    openmoji["package/data/openmoji.json"] = json.dumps(om_table).encode()
+    files = {
+        "emoji-datasource": {"package/emoji.json": json.dumps(catalogue).encode(), "package/LICENSE": b"MIT"},
+        "emoji-datasource-google": {**google, "package/README.md": b"not kept"},
+        "emoji-datasource-twitter": twitter,
+        "openmoji": openmoji,
+        "fluentui-emoji": fluent,
+    }
+    packages = {}
+    for name, content in files.items():
+        tarball = make_tarball(folder / f"{name}-0.0.1.tgz", content)
+        packages[name] = NpmPackage(name, "0.0.1", sha512_integrity(tarball))
+    return packages
+
+
+def install_fake_npm(folder, packages, tamper=None):
+    registry = {}
+    for p in packages.values():
+        integrity = p.integrity
+        registry[p.spec] = {
+            "tarball": str(folder / f"{p.name}-0.0.1.tgz"),
+            "filename": f"{p.name}-0.0.1.tgz",
+            "reported": integrity,
+            "registry": "sha512-AAAA" if tamper == p.name else integrity,
+        }
+    (folder / "registry.json").write_text(json.dumps(registry))
+    npm = folder / "npm"
+    npm.write_text(FAKE_NPM.format(python=sys.executable))
+    npm.chmod(npm.stat().st_mode | stat.S_IEXEC)
+    return str(npm)
+
+
+@pytest.fixture
+def registry(tmp_path):
+    folder = tmp_path / "registry"
+    folder.mkdir()
+    packages = fake_packages(folder)
+    return folder, packages
+
+
+def test_builder_renders_splits_and_caches(registry, tmp_path):
+    folder, packages = registry
+    npm = install_fake_npm(folder, packages)
+    cache = tmp_path / "cache"
+    data = load_emoji(16, cache=cache, npm=npm, packages=packages, workers=1)
+
+    # classes: base emoji with >= 2 images, in sort_order (CLASSES are listed in reverse)
+    expected = [c for c in reversed(CLASSES)]
+    assert data.num_classes == len(expected) == 10
+    assert list(data.class_names) == [c[6] for c in expected]  # openmoji annotations name the classes
+    assert data.num_train_classes == 5
+    assert data.images.shape[1:] == (16, 16, 3) and data.images.dtype == np.uint8
+    # images per class: google + twitter + openmoji + 2 fluent styles (modern = high-contrast here)
+    for label, (_, code, _, _, g, t, annotation, fluent) in enumerate(expected):
+        sources = sorted(data.sources[data.labels == label])
+        t = t and code not in ("2B50", "1F30D")  # the cross-class duplicate
+        want = (["google"] if g else []) + (["twitter"] if t else []) + (["openmoji"] if annotation else [])
+        want += ["fluent-flat", "fluent-modern"] if fluent else []
+        assert sources == sorted(want)
+    # transparent corners rendered white, the coloured centre kept (PNG and SVG)
+    assert (data.images[:, 0, 0] == 255).all()
+    index = {c[1]: i for i, c in enumerate(CLASSES)}
+    for label, c in enumerate(expected):
+        for vendor_id, vendor in enumerate(["google", "twitter", "openmoji"]):
+            rows = np.flatnonzero((data.labels == label) & (data.sources == vendor))
+            if len(rows):
+                centre = data.images[rows[0], 8, 8].astype(int)
+                assert np.abs(centre - colour_of(index[c[1]], vendor_id)).max() <= 3
+
+    # the record: package integrity and the sha256 of every source file used
+    record = json.loads(next((cache / "emoji").glob("*.json")).read_text())
+    assert len(record["source_files_sha256"]) == len(data.images)
+    assert record["dropped_duplicate_images"] == 2 + 8  # twitter STAR and GLOBE + 8 fluent copies
+    assert record["integrity"] == {name: p.integrity for name, p in packages.items()}
+    assert not (
+        cache / "emoji" / "packages" / "emoji-datasource-google-0.0.1" / "package" / "README.md"
+    ).exists()
+
+    # second call: read from the cache, npm is not run again
+    calls = (folder / "calls.log").read_text().count("\n")
+    again = load_emoji(16, cache=cache, npm="no-such-npm-anywhere", packages=packages)
+    assert (folder / "calls.log").read_text().count("\n") == calls
+    np.testing.assert_array_equal(again.images, data.images)
+    np.testing.assert_array_equal(again.labels, data.labels)
+
+
+def test_tampered_files_are_detected(registry, tmp_path):
+    folder, packages = registry
+    npm = install_fake_npm(folder, packages)
+    cache = tmp_path / "cache"
+    load_emoji(16, cache=cache, npm=npm, packages=packages, workers=1)
+    arrays = next((cache / "emoji").glob("*.npz"))
+    with open(arrays, "ab") as f:
+        f.write(b"x")
+    with pytest.raises(IntegrityError, match="recorded sha256"):
+        load_emoji(16, cache=cache, npm=npm, packages=packages)
+    png = next((cache / "emoji" / "packages").glob("emoji-datasource-google-*/package/img/google/64/*.png"))
+    png.write_bytes(b"not the original")
+    with pytest.raises(IntegrityError, match="was modified"):
+        load_emoji(16, cache=cache, npm=npm, packages=packages, rebuild=True)
+
+
+def test_registry_integrity_mismatch_is_refused(registry, tmp_path):
+    folder, packages = registry
+    npm = install_fake_npm(folder, packages, tamper="openmoji")
+    with pytest.raises(IntegrityError, match="registry metadata"):
+        npm_pack(packages["openmoji"], tmp_path / "downloads", npm=npm)
+    assert not list((tmp_path / "downloads").glob("*.tgz"))
+    pinned = NpmPackage("openmoji", "0.0.1", "sha512-" + "B" * 86 + "==")
+    npm = install_fake_npm(folder, packages)
+    with pytest.raises(IntegrityError, match="pinned"):
+        npm_pack(pinned, tmp_path / "downloads", npm=npm)
+
+
+def test_missing_npm_and_unknown_vendor_have_clear_errors(tmp_path):
+    with pytest.raises(RuntimeError, match="npm"):
+        load_emoji(16, cache=tmp_path, npm="no-such-npm-anywhere")
+    with pytest.raises(ValueError, match="unknown emoji vendor"):
+        load_emoji(16, vendors=("google", "apple"), cache=tmp_path)
+    assert "apple" not in emoji_module.VENDORS and "facebook" not in emoji_module.VENDORS
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["parent", "absolute", "nested_parent", "symlink", "hardlink", "device"],
+)
+def test_unsafe_tar_entries_are_refused(tmp_path, kind):
+    tarball = tmp_path / "evil.tgz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        good = tarfile.TarInfo("package/ok.txt")
+        good.size = 2
+        tar.addfile(good, io.BytesIO(b"ok"))
+        info = tarfile.TarInfo(
+            {
+                "parent": "../escaped.txt",
+                "absolute": str(tmp_path / "abs.txt"),
+                "nested_parent": "package/../../escaped.txt",
+                "symlink": "package/link",
+                "hardlink": "package/hard",
+                "device": "package/dev",
+            }[kind]
+        )
+        if kind == "symlink":
+            info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        elif kind == "hardlink":
+            info.type, info.linkname = tarfile.LNKTYPE, "package/ok.txt"
+        elif kind == "device":
+            info.type = tarfile.CHRTYPE
+        data = b"evil"
+        info.size = len(data) if info.type == tarfile.REGTYPE else 0
+        tar.addfile(info, io.BytesIO(data) if info.size else None)
+    dest = tmp_path / "dest"
+    with pytest.raises(UnsafeArchiveError):
+        safe_extract(tarball, dest)
+    assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "abs.txt").exists()
+    assert not (dest / "package" / "ok.txt").exists()  # nothing is unpacked from a refused archive
+
+
+def test_safe_extract_refuses_a_symlinked_destination_folder(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    os.symlink(outside, dest / "package")
+    tarball = make_tarball(tmp_path / "t.tgz", {"package/x.txt": b"x"})
+    with pytest.raises(UnsafeArchiveError, match="outside"):
+        safe_extract(tarball, dest)
+    assert not (outside / "x.txt").exists()
+
+
+def test_safe_extract_writes_selected_files_with_hashes(tmp_path):
+    tarball = make_tarball(
+        tmp_path / "t.tgz", {"package/a.txt": b"a", "package/b/c.txt": b"c", "package/d": b"d"}
+    )
+    hashes = safe_extract(tarball, tmp_path / "out", select=lambda n: n.endswith(".txt"))
+    assert sorted(hashes) == ["package/a.txt", "package/b/c.txt"]
+    assert (tmp_path / "out" / "package" / "b" / "c.txt").read_bytes() == b"c"
+    assert not (tmp_path / "out" / "package" / "d").exists()
+
+
+def write_folder(root, counts):
+    for c, count in enumerate(counts):
+        folder = root / f"class_{c:02d}"
+        folder.mkdir(parents=True)
+        for i in range(count):
+            image = Image.new("RGBA", (10, 6 + i), (0, 0, 0, 0))
+            image.putpixel((5, 3), (200, 10 * c, 50, 255))
+            image.save(folder / f"img{i}.png" if i % 2 == 0 else folder / f"img{i}.webp")
+    (root / "class_00" / "notes.txt").write_text("not an image")
+
+
+def test_image_folder_loader(tmp_path):
+    root = tmp_path / "images"
+    write_folder(root, [3, 2, 1, 2, 4, 2, 3, 2, 2])  # class_02 has one image: skipped
+    with pytest.warns(UserWarning, match="fewer than 2 images"):
+        data = load_image_folder(root, image_size=12, workers=1)
+    assert isinstance(data, ImageSet)
+    assert list(data.class_names) == [f"class_{c:02d}" for c in (0, 1, 3, 4, 5, 6, 7, 8)]
+    assert data.num_train_classes == 4
+    assert len(data.images) == 3 + 2 + 2 + 4 + 2 + 3 + 2 + 2
+    assert data.images.shape[1:] == (12, 12, 3)
+    assert (data.images[:, 0, 0] == 255).all()  # transparent and padding -> white
+    assert data.sources[0] == "class_00/img0.png"
+    np.testing.assert_array_equal(np.bincount(data.labels), [3, 2, 2, 4, 2, 3, 2, 2])
+
+
+def test_image_folder_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_image_folder(tmp_path / "missing")
+    root = tmp_path / "few"
+    write_folder(root, [2, 2, 2])
+    with pytest.raises(ValueError, match="at least 4"):
+        load_image_folder(root)
+
+
+def test_imageset_round_trip(tmp_path):
+    data = ImageSet(
+        images=np.random.default_rng(0).integers(0, 255, (6, 4, 4, 3)),
+        labels=[0, 0, 1, 1, 2, 2],
+        class_names=["a", "b", "c"],
+        sources=list("uvwxyz"),
+        num_train_classes=1,
+        name="t",
+    )
+    data.save(tmp_path / "d.npz")
+    back = ImageSet.load(tmp_path / "d.npz")
+    np.testing.assert_array_equal(back.images, data.images)
+    assert back.fingerprint() == data.fingerprint() and list(back.class_names) == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="num_train_classes"):
+        ImageSet(data.images, data.labels, data.class_names, data.sources, 3)
+
+
+def test_cache_dir_override(tmp_path, monkeypatch):
+    from pml_fieldlosses.datasets import CACHE_ENV_VAR, cache_dir
+
+    monkeypatch.setenv(CACHE_ENV_VAR, str(tmp_path / "env"))
+    assert cache_dir() == (tmp_path / "env").resolve()
+    assert cache_dir(tmp_path / "arg") == (tmp_path / "arg").resolve()
+    assert Path(cache_dir()).is_dir()
