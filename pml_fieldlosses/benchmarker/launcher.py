@@ -1,0 +1,140 @@
+"""``pml-fieldlosses-pb``: powerful-benchmarker's examples/run.py with our registrations.
+
+Takes run.py's own options (below) and passes everything else to pb, which reads its
+experiment options (``--experiment_name``, ``--config_*``, ``--evaluate``,
+``--evaluate_ensemble``, ``--splits_to_eval``, ``--resume_training``,
+``--reproduce_results``, config overrides) from the command line itself.
+"""
+
+import argparse
+import contextlib
+import importlib
+import importlib.metadata
+import inspect
+import logging
+import sys
+from pathlib import Path
+
+from . import compat
+from .registration import register
+
+CONFIG_MARKER = "config_foldernames.yaml"
+DATA_FILES_CONFIG_ROOT = "share/pml-fieldlosses/configs"
+
+
+def default_config_root():
+    """Our pb config root: ``configs/`` of a source checkout (also an editable install),
+    else the copy a regular install puts under ``share/pml-fieldlosses/configs``."""
+    checkout = Path(__file__).resolve().parents[2] / "configs"
+    if (checkout / CONFIG_MARKER).is_file():
+        return str(checkout)
+    try:
+        files = importlib.metadata.files("pml-fieldlosses") or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    for f in files:
+        if str(f).replace("\\", "/").endswith(f"{DATA_FILES_CONFIG_ROOT}/{CONFIG_MARKER}"):
+            return str(Path(f.locate()).resolve().parent)
+    raise FileNotFoundError(
+        "pml-fieldlosses' pb config root was not found (neither a source checkout's configs/ nor an "
+        f"installed {DATA_FILES_CONFIG_ROOT}); pass --root_config_folder"
+    )
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="pml-fieldlosses-pb",
+        allow_abbrev=False,
+        description="Run powerful-benchmarker 0.9.33 (MLRC protocol) with pml-fieldlosses' losses, "
+        "models and datasets registered. Options not listed here go to pb (--experiment_name, "
+        "--config_*, --evaluate, --evaluate_ensemble, --splits_to_eval, --resume_training, ...).",
+    )
+    parser.add_argument("--pytorch_home", type=str, default=None)
+    parser.add_argument("--dataset_root", type=str, default="datasets")
+    parser.add_argument("--root_experiment_folder", type=str, default="experiments")
+    parser.add_argument("--global_db_path", type=str, default=None)
+    parser.add_argument("--merge_argparse_when_resuming", default=False, action="store_true")
+    parser.add_argument(
+        "--root_config_folder", type=str, default=None, help="pb config root (default: ours, configs/)"
+    )
+    parser.add_argument("--bayes_opt_iters", type=int, default=0)
+    parser.add_argument(
+        "--reproductions",
+        type=str,
+        default="0",
+        help="after Bayesian optimisation, retrain the best configuration: N runs (0..N-1) or 'A,B' for A..B-1",
+    )
+    parser.add_argument(
+        "--register",
+        action="append",
+        default=[],
+        metavar="KIND=TARGET",
+        help="also register a module or class with pb, e.g. loss=my_package.my_losses or "
+        "dataset=my_package.data.MyDataset (kinds: loss, miner, model, dataset, sampler, ...)",
+    )
+    return parser
+
+
+def import_target(target):
+    """A module ``a.b`` or a class ``a.b.C``."""
+    try:
+        return importlib.import_module(target)
+    except ImportError:
+        module_name, _, attribute = target.rpartition(".")
+        if not module_name:
+            raise
+        return getattr(importlib.import_module(module_name), attribute)
+
+
+def parse_registration(spec):
+    kind, sep, target = spec.partition("=")
+    if not sep or not kind or not target:
+        raise ValueError(f"--register expects KIND=TARGET (e.g. loss=my_package.my_losses), got {spec!r}")
+    obj = import_target(target)
+    if not (inspect.ismodule(obj) or inspect.isclass(obj)):
+        raise ValueError(f"--register {spec}: {target} is neither a module nor a class")
+    return kind, obj
+
+
+@contextlib.contextmanager
+def command_line(argv):
+    """pb reads its options from ``sys.argv`` (every YamlReader it makes parses it)."""
+    saved = sys.argv
+    sys.argv = [saved[0] if saved else "pml-fieldlosses-pb", *argv]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def make_runner(args):
+    kwargs = {
+        "dataset_root": args.dataset_root,
+        "root_experiment_folder": args.root_experiment_folder,
+        "pytorch_home": args.pytorch_home,
+        "root_config_folder": args.root_config_folder or default_config_root(),
+        "global_db_path": args.global_db_path,
+        "merge_argparse_when_resuming": args.merge_argparse_when_resuming,
+    }
+    if args.bayes_opt_iters > 0:
+        from .bayes_opt import BayesOptRunner
+
+        reproductions = [int(x) for x in args.reproductions.split(",")]
+        return BayesOptRunner(bayes_opt_iters=args.bayes_opt_iters, reproductions=reproductions, **kwargs)
+    from powerful_benchmarker.runners.single_experiment_runner import SingleExperimentRunner
+
+    return SingleExperimentRunner(**kwargs)
+
+
+def main(argv=None):
+    parser = build_parser()
+    args, pb_argv = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    registrations = [parse_registration(spec) for spec in args.register]
+    logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    logging.getLogger().setLevel(logging.INFO)
+    compat.restore_identity_in_pml()
+    with command_line(pb_argv):
+        runner = register(make_runner(args))
+        for kind, obj in registrations:
+            runner.register(kind, obj)
+        runner.run()

@@ -1,0 +1,283 @@
+"""powerful-benchmarker runs end to end on CPU, through the launcher (``python -m
+pml_fieldlosses.benchmarker``, in subprocesses): generated images, a tiny trunk, 4
+class-disjoint folds of 2 short epochs, a loss with learnable parameters; killed after
+the first fold and resumed; then --evaluate and --evaluate_ensemble on the test split;
+Bayesian optimisation with a resumed second trial; the DRML head."""
+
+import importlib.util
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from contextlib import closing
+
+import pytest
+
+MISSING = [m for m in ("powerful_benchmarker", "torchvision", "ax") if importlib.util.find_spec(m) is None]
+pytestmark = pytest.mark.skipif(
+    bool(MISSING),
+    reason=f"the pb integration needs {', '.join(MISSING)} (not installed): pip install 'pml-fieldlosses[pb]' "
+    "and pip install --no-deps powerful-benchmarker==0.9.33, see docs/benchmarker.md",
+)
+if not MISSING:
+    import yaml
+
+FOLDS = [f"Test50_50_Partitions4_{i}" for i in range(4)]
+ACCURACIES = "accuracies_normalized_GlobalEmbeddingSpaceTester_level_0_{}_vs_self"
+MAP_R = "mean_average_precision_at_r_level0"
+# pb reads the command line as a shell splits it: "{key:" "value}" are two arguments
+QUICK = [
+    "--config_dataset", "[synthetic]",
+    "--config_models", "[tiny]",
+    "--config_transforms", "[small]",
+    "--config_general", "[default,", "quick]",
+    "--config_eval", "[default,", "quick]",
+    "--sampler~APPLY~2", "{length_before_new_iter:", "256}",
+]  # fmt: skip
+TRAIN = [
+    "--config_loss_and_miners", "[mean_field_contrastive]",
+    "--config_optimizers", "[default,", "mean_fields]",
+]  # fmt: skip
+TIMEOUT = 600
+
+
+def launcher_command(folder, *args):
+    return [
+        sys.executable,
+        "-m",
+        "pml_fieldlosses.benchmarker",
+        "--root_experiment_folder",
+        str(folder),
+        *args,
+    ]
+
+
+def environment():
+    # one thread per process: the machine's cores are shared with other test processes
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def run_launcher(folder, *args, log_name):
+    with open(folder / log_name, "w") as log:
+        done = subprocess.run(
+            launcher_command(folder, *args), stdout=log, stderr=subprocess.STDOUT, env=environment(),
+            cwd=folder, timeout=TIMEOUT, check=False,
+        )  # fmt: skip
+    output = (folder / log_name).read_text()
+    assert done.returncode == 0, output[-5000:]
+    return output
+
+
+def rows(db, table):
+    with closing(sqlite3.connect(db)) as connection:
+        connection.row_factory = sqlite3.Row
+        return [dict(r) for r in connection.execute(f"SELECT * FROM {table} ORDER BY id")]
+
+
+def has_rows(db, table):
+    """Whether a (possibly still being written) record database has rows in table."""
+    try:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as connection:
+            return connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0] > 0
+    except sqlite3.Error:
+        return False
+
+
+def fold_rows(experiment, fold):
+    return rows(experiment / fold / "saved_csvs" / "logs.db", ACCURACIES.format("VAL"))
+
+
+def file_states(folder):
+    return {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(folder.iterdir())}
+
+
+def run_and_kill(folder, *args, log_name, started_db):
+    """Run the launcher and kill it (SIGKILL) once the evaluation records in started_db
+    have a row (records go to the CSV file, then to that database, which is what pb reads
+    back); fails if the run ends first."""
+    with open(folder / log_name, "w") as log:
+        process = subprocess.Popen(
+            launcher_command(folder, *args),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=environment(),
+            cwd=folder,
+        )
+        deadline = time.monotonic() + TIMEOUT
+        while process.poll() is None and time.monotonic() < deadline:
+            if has_rows(started_db, ACCURACIES.format("VAL")):
+                break
+            time.sleep(0.02)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert process.returncode == -signal.SIGKILL, (folder / log_name).read_text()[-5000:]
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory):
+    """A 4-fold run killed once the second fold has started, resumed, then evaluated."""
+    folder = tmp_path_factory.mktemp("pb_run")
+    experiment = folder / "mfc"
+    args = ["--experiment_name", "mfc", *QUICK, *TRAIN]
+    run_and_kill(
+        folder, *args, log_name="first.log", started_db=experiment / FOLDS[1] / "saved_csvs" / "logs.db"
+    )
+    killed = {
+        "fold0_models": file_states(experiment / FOLDS[0] / "saved_models"),
+        "fold0_rows": fold_rows(experiment, FOLDS[0]),
+        "meta_logs": sorted(p.name for p in (experiment / "meta_logs" / "saved_csvs").glob("*.csv")),
+    }
+    logs = {"resumed": run_launcher(folder, *args, "--resume_training", "latest", log_name="resumed.log")}
+    logs["evaluate"] = run_launcher(
+        folder,
+        "--experiment_name",
+        "mfc",
+        "--evaluate",
+        "--splits_to_eval",
+        "[test]",
+        log_name="evaluate.log",
+    )
+    logs["ensemble"] = run_launcher(
+        folder,
+        "--experiment_name",
+        "mfc",
+        "--evaluate_ensemble",
+        "--splits_to_eval",
+        "[test]",
+        log_name="ensemble.log",
+    )
+    return experiment, killed, logs
+
+
+def test_resume_after_kill_recomputes_and_loses_nothing(experiment):
+    experiment, killed, logs = experiment
+    assert killed["fold0_rows"] and killed["meta_logs"] == []  # killed after fold 0, before the end
+    assert file_states(experiment / FOLDS[0] / "saved_models") == killed["fold0_models"]
+    assert fold_rows(experiment, FOLDS[0]) == killed["fold0_rows"]
+    # folds 1 to 3 are trained after the resume (fold 1 from its first epoch or later), fold 0 is not
+    first_epochs = [line for line in logs["resumed"].splitlines() if "TRAINING EPOCH 1" in line]
+    assert 2 <= len(first_epochs) <= 3
+    for fold in FOLDS:
+        epochs = [r["epoch"] for r in fold_rows(experiment, fold)]
+        assert epochs == [-1, 0, 1, 2], fold  # each epoch evaluated exactly once
+        csv_lines = (
+            (experiment / fold / "saved_csvs" / f"{ACCURACIES.format('VAL')}.csv").read_text().splitlines()
+        )
+        assert len([line for line in csv_lines if not line.startswith("~iteration~")]) == 4
+        for name in ("trunk", "embedder", "metric_loss", "metric_loss_optimizer"):
+            assert (experiment / fold / "saved_models" / f"{name}_2.pth").is_file()
+
+
+def test_records_hold_map_at_r_for_every_fold(experiment):
+    experiment, _, _ = experiment
+    for fold in FOLDS:
+        for row in fold_rows(experiment, fold):
+            assert 0 < row[MAP_R] <= 1
+        # the learnable mean fields were trained and recorded
+        assert rows(experiment / fold / "saved_csvs" / "logs.db", "loss_histories")
+    meta = experiment / "meta_logs" / "saved_csvs" / "logs.db"
+    for split in ("VAL", "TEST"):
+        table = rows(meta, f"MeanAggregator_{ACCURACIES.format(split)}")
+        assert [r["trained_status"] for r in table] == [
+            "untrained_trunk",
+            "untrained_trunk_and_embedder",
+            "trained",
+        ]
+        for row in table:
+            assert 0 < row[MAP_R] <= 1 and row[f"SEM_{MAP_R}"] >= 0 and row["timestamp"]
+    best_val = rows(meta, f"MeanAggregator_{ACCURACIES.format('VAL')}")[-1][MAP_R]
+    best_per_fold = [max(r[MAP_R] for r in fold_rows(experiment, fold) if r["epoch"] > 0) for fold in FOLDS]
+    assert best_val == pytest.approx(sum(best_per_fold) / 4)
+
+
+def test_ensemble_result_exists(experiment):
+    experiment, _, logs = experiment
+    table = rows(
+        experiment / "meta_logs" / "saved_csvs" / "logs.db",
+        f"ConcatenateEmbeddings_{ACCURACIES.format('TEST')}",
+    )
+    assert [r["trained_status"] for r in table] == [
+        "untrained_trunk",
+        "untrained_trunk_and_embedder",
+        "trained",
+    ]
+    assert [r["epoch"] for r in table] == ["untrained_trunk", "untrained_trunk_and_embedder", "trained"]
+    assert all(0 < r[MAP_R] <= 1 for r in table)
+    assert "embedding dimensionality is 512" in logs["ensemble"]  # 4 folds x 128
+
+
+def test_bayesian_optimisation_resumes_and_reports(tmp_path):
+    """Step 0 in one run; step 1 killed during training and resumed in the next; then the
+    best step's test evaluation, one reproduction and the reports."""
+    args = [
+        "--experiment_name", "bo", *QUICK,
+        "--split_manager~APPLY~2", "{num_training_sets:", "2}",
+        "--config_loss_and_miners", "[mean_field_contrastive_bayes_opt]",
+        "--config_optimizers", "[default,", "with_metric_loss_optimizer_bayes_opt]",
+        "--reproductions", "1",
+    ]  # fmt: skip
+    run_launcher(tmp_path, "--bayes_opt_iters", "1", *args, log_name="bo1.log")
+    root = tmp_path / "bo"
+    first_trial = file_states(root / "bo0" / FOLDS[0] / "saved_models")
+    # a second step, killed while it trains, then resumed
+    started_db = root / "bo1" / FOLDS[0] / "saved_csvs" / "logs.db"
+    run_and_kill(tmp_path, "--bayes_opt_iters", "2", *args, log_name="bo2_killed.log", started_db=started_db)
+    output = run_launcher(tmp_path, "--bayes_opt_iters", "2", *args, log_name="bo2.log")
+    assert "Optimization iteration 0" not in output and "Optimization iteration 1" in output
+    assert "starting it again" not in output and "starting fresh" not in output  # resumed, not restarted
+    assert file_states(root / "bo0" / FOLDS[0] / "saved_models") == first_trial
+    for trial in ("bo0", "bo1"):
+        for fold in FOLDS[:2]:
+            assert [r["epoch"] for r in fold_rows(root / trial, fold)] == [-1, 0, 1, 2], (trial, fold)
+
+    trials = rows(root / "bayes_opt_record_keeper_logs" / "logs.db", "bayes_opt")
+    assert [r["trial_index"] for r in trials] == [0, 1] and all(
+        r["trial_status"] == "COMPLETED" for r in trials
+    )
+    metric = "mean_average_precision_at_r"
+    for r in trials:
+        assert 0 < r[metric] <= 1 and r[f"SEM_{metric}"] >= 0
+        assert 0 <= r["loss_funcs_metric_loss_MeanFieldContrastiveLoss_pos_margin"] <= 0.2
+        assert 1e-6 <= r["optimizers_metric_loss_optimizer_RMSprop_lr"] <= 1
+    best = yaml.safe_load((root / "best_parameters.yaml").read_text())
+    best_trial = max(trials, key=lambda r: r[metric])
+    assert best["best_sub_experiment_name"] == f"bo{best_trial['trial_index']}"
+    assert best["best_values"][metric]["mean"] == pytest.approx(best_trial[metric])
+    assert best["best_values"][metric]["SEM"] == pytest.approx(best_trial[f"SEM_{metric}"])
+    assert best["best_parameters"][
+        "loss_funcs/metric_loss/MeanFieldContrastiveLoss/neg_margin"
+    ] == pytest.approx(best_trial["loss_funcs_metric_loss_MeanFieldContrastiveLoss_neg_margin"])
+    # ax's state after each new and each completed trial (trial 1 was made once, before the kill)
+    assert len(list((root / "bayes_opt_ax_logs").glob("log*.json"))) == 4
+    assert "plotly" in (root / "optimization_plots.html").read_text()
+
+    name = best["best_sub_experiment_name"]
+    assert (root / f"{name}_reproduction0" / FOLDS[1] / "saved_models").is_dir()
+    for kind in ("MeanAggregator", "ConcatenateEmbeddings"):
+        base = f"{kind}_accuracies_normalized_GlobalEmbeddingSpaceTester_level_0"
+        report = yaml.safe_load((root / f"report_{base}.yaml").read_text())
+        trained = report["trained"][MAP_R]
+        low, high = trained["95%_confidence_interval"]
+        assert low <= trained["mean"] <= high
+        details = yaml.safe_load((root / f"detailed_report_{base}.yaml").read_text())
+        assert sorted(details) == [name, f"{name}_reproduction0"]
+        assert all(0 < d["trained"][MAP_R] <= 1 for d in details.values())
+
+
+def test_drml_head_trains_in_pb(tmp_path):
+    output = run_launcher(
+        tmp_path, "--experiment_name", "drml", *QUICK,
+        "--split_manager~APPLY~2", "{num_training_sets:", "1}",
+        "--config_models", "[tiny,", "drml]",
+        "--config_loss_and_miners", "[drml_proxy_anchor]",
+        "--config_optimizers", "[default,", "drml]",
+        log_name="drml.log",
+    )  # fmt: skip
+    fold = tmp_path / "drml" / FOLDS[0]
+    assert [r["epoch"] for r in fold_rows(tmp_path / "drml", FOLDS[0])] == [-1, 0, 1, 2]
+    assert "in_features=64, embedding_size=128, num_branches=4" in output
+    losses = rows(fold / "saved_csvs" / "logs.db", "loss_histories")
+    assert losses and all(r["metric_loss"] > 0 for r in losses)
+    assert (fold / "saved_models" / "metric_loss_2.pth").is_file()
