@@ -121,6 +121,29 @@ def test_legacy_record_keeper_record_names_hashed(tmp_path):
     assert (tmp_path / "legacy" / f"{name}.csv").is_file()
 
 
+def test_record_keeper_csv_rows_of_interrupted_saves(tmp_path):
+    # a run killed between record-keeper's CSV append and its database write leaves a CSV row
+    # the database lacks; the resumed run writes that record again
+    keeper = legacy_keeper(tmp_path)
+    for epoch in [-1, 0]:
+        keeper.update_records({"epoch": epoch, "map": 0.5}, epoch, parent_name="accuracies")
+        keeper.save_records()
+    csv_file = tmp_path / "accuracies.csv"
+    completed = csv_file.read_text()
+    with open(csv_file, "a") as f:
+        f.write("1,1,0.25\n")  # the interrupted save: CSV only
+    (tmp_path / "orphan.csv").write_text("~iteration~,x\n3,4\n")  # its table was never written
+    plain, _, _ = logging_presets.get_record_keeper(csv_folder=str(tmp_path))
+    assert csv_file.read_text() != completed  # record-keeper alone keeps the stale row
+    keeper = legacy_keeper(tmp_path)
+    assert csv_file.read_text() == completed and not (tmp_path / "orphan.csv").exists()
+    keeper.update_records({"epoch": 1, "map": 0.75}, 1, parent_name="accuracies")
+    keeper.save_records()
+    rows = [line.split(",") for line in csv_file.read_text().splitlines()[1:]]
+    assert [row[1] for row in rows] == ["-1", "0", "1"] and rows[-1][2] == "0.75"
+    assert len(table_rows(tmp_path, "accuracies")) == 3
+
+
 def test_tester_factory_reference_set(tmp_path):
     spec = {
         "GlobalEmbeddingSpaceTester": {

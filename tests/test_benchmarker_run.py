@@ -38,7 +38,7 @@ QUICK = [
 ]  # fmt: skip
 TRAIN = [
     "--config_loss_and_miners", "[mean_field_contrastive]",
-    "--config_optimizers", "[default,", "mean_fields]",
+    "--config_optimizers", "[default,", "quick,", "mean_fields]",
 ]  # fmt: skip
 TIMEOUT = 600
 
@@ -215,7 +215,7 @@ def test_bayesian_optimisation_resumes_and_reports(tmp_path):
         "--experiment_name", "bo", *QUICK,
         "--split_manager~APPLY~2", "{num_training_sets:", "2}",
         "--config_loss_and_miners", "[mean_field_contrastive_bayes_opt]",
-        "--config_optimizers", "[default,", "with_metric_loss_optimizer_bayes_opt]",
+        "--config_optimizers", "[default,", "quick,", "with_metric_loss_optimizer_bayes_opt]",
         "--reproductions", "1",
     ]  # fmt: skip
     run_launcher(tmp_path, "--bayes_opt_iters", "1", *args, log_name="bo1.log")

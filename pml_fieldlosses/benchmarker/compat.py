@@ -10,6 +10,7 @@ The Bayesian optimisation runner, which needs the current ax API, is in bayes_op
 
 import copy
 import datetime
+import os
 
 import record_keeper
 import torch
@@ -58,11 +59,48 @@ class LegacyRecordKeeper(record_keeper.RecordKeeper):
 def get_legacy_record_keeper(save_figures=None, **kwargs):
     """``logging_presets.get_record_keeper`` without pb's ``save_figures`` argument (removed
     in PML 2 / record-keeper 0.9.31; it only drew list records as figures), returning a
-    LegacyRecordKeeper."""
+    LegacyRecordKeeper, with its CSV files cut back to what its database holds
+    (``drop_csv_rows_of_interrupted_saves``)."""
     keeper, _, _ = logging_presets.get_record_keeper(**kwargs)
+    drop_csv_rows_of_interrupted_saves(keeper.record_writer)
     return LegacyRecordKeeper(
         keeper.tensorboard_writer, keeper.record_writer, keeper.attributes_to_search_for
     )
+
+
+def drop_csv_rows_of_interrupted_saves(record_writer):
+    """Fixes csv_rows_of_interrupted_saves: record-keeper appends each record to its CSV
+    file and then to its SQLite database, the copy pb reads back when it resumes. A run
+    killed between the two leaves CSV rows the database lacks; the resumed run computes
+    those records again and appends them a second time. The database is the record of
+    what was completed, so each CSV file is cut back to as many data rows as its table
+    has (both are append-only, in the same order), before anything new is written."""
+    folder = record_writer.folder
+    if not os.path.isdir(folder):
+        return
+    for file_name in sorted(os.listdir(folder)):
+        table, extension = os.path.splitext(file_name)
+        if extension != ".csv":
+            continue
+        path = os.path.join(folder, file_name)
+        completed = 0
+        if record_writer.table_exists(table):
+            completed = record_writer.query(f"SELECT COUNT(*) AS n FROM '{table}'")[0]["n"]
+        with open(path) as f:
+            lines = f.read().splitlines(keepends=True)
+        kept, data_rows = [], 0
+        for line in lines:
+            if data_rows == completed:
+                break
+            kept.append(line)
+            data_rows += not line.startswith("~iteration~")
+        if len(kept) == len(lines):
+            continue
+        if data_rows == 0:
+            os.remove(path)
+        else:
+            with open(path, "w") as f:
+                f.writelines(kept)
 
 
 class RecordKeeperFactory(pb_factories.RecordKeeperFactory):
