@@ -121,7 +121,8 @@ class RelationalLoss(BaseMetricLossFunction):
         ``embeddings``) before half-precision inputs are upcast: the losses and the
         reduction run in at least float32 with autocast off."""
         checks.check_embeddings(embeddings, self.embedding_size)
-        checks.check_labels(labels, embeddings)
+        # the base loss's num_classes, if it has one (PML's proxy losses don't check their labels)
+        checks.check_labels(labels, embeddings, getattr(self.base_loss, "num_classes", None))
         if ref_emb is not None or ref_labels is not None:
             raise ValueError("RelationalLoss does not support ref_emb/ref_labels")
         nodes, errors = self.branch_output_cache.find(embeddings)
