@@ -11,7 +11,7 @@ from PIL import Image, ImageDraw
 
 from pml_fieldlosses import cli
 from pml_fieldlosses.backbones import SmallConvNet, Standardize, build_trunk
-from pml_fieldlosses.bench import BenchConfig, quick_config, registry, run_bench, runs
+from pml_fieldlosses.bench import BenchConfig, quick_config, registry, run_bench, runs, selection
 from pml_fieldlosses.bench import features as bench_features
 from pml_fieldlosses.bench.protocol import corrupt_labels, make_split, training_labels
 from pml_fieldlosses.datasets import ImageSet, load_image_folder
@@ -318,3 +318,44 @@ def test_finetuned_trunk_is_trained_with_its_own_lower_lr(folder, tmp_path, monk
     pretrained = build_trunk(config.backbone, 32).state_dict()
     trained = seen["models"]["trunk"].state_dict()
     assert not torch.equal(trained["net._conv_stem.weight"], pretrained["net._conv_stem.weight"])
+
+
+def test_a_name_can_set_the_tuned_hyperparameter():
+    entry = registry.get_entry("PFML[delta=0.3]")
+    assert entry.name == "PFML[delta=0.3]" and entry.tuned == "delta" and entry.value == 0.3
+    assert entry.build(10, 16, torch.nn.Identity()).delta == 0.3
+    assert registry.get_entry("PFML").value == registry.hyperparameters()["PFML"]["delta"]
+    with pytest.raises(ValueError, match=r"takes \[delta=VALUE\]"):
+        registry.get_entry("PFML[margin=0.3]")
+    with pytest.raises(ValueError, match="is not a number"):
+        registry.get_entry("PFML[delta=big]")
+    with pytest.raises(ValueError, match=r"unknown loss 'Nope\[delta=0.3\]'"):
+        registry.get_entry("Nope[delta=0.3]")
+    for name, entry in registry.LOSSES.items():
+        assert entry.value in entry.grid and len(set(entry.grid)) == 3, name
+        assert entry.build(10, 16, entry.embedder(64, 16) if entry.embedder else None) is not None
+
+
+def test_selection_trains_every_candidate_never_tests_and_keeps_the_default_on_ties(
+    folder, tmp_path, capsys, monkeypatch
+):
+    argv = ["select", "--data", str(folder), "--backbone", "convnet", "--image-size", "16"]
+    argv += ["--losses", "ProxyAnchor,CWMS", "--epochs", "1", "--workers", "1", "--embedding-size", "8"]
+    argv += ["--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache")]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "| ProxyAnchor | margin |" in printed and "SELECTED = {" in printed
+    out = next((tmp_path / "out").iterdir())
+    assert "-selection-" in out.name
+    assert "hyperparameters" not in json.loads((out / "protocol.json").read_text())
+    found = result_files(tmp_path / "out")
+    assert len(found) == 6 and all("seed1000" in path for path in found)
+    for path in found:
+        result = json.loads((tmp_path / "out" / path).read_text())
+        assert result["test"] is None and 0 <= result["best_val_map_at_r"] <= 1
+    assert not list(out.glob("runs/*/seed*/test_embeddings.npz"))
+    table = json.loads((out / "selection.json").read_text())
+    assert [row[0] for row in table["CWMS"]] == list(registry.get_entry("CWMS").grid)
+
+    assert selection.chosen({"A": [(1, 0.5, 3, 0), (2, 0.5, 3, 0), (3, 0.4, 3, 0)]}) == {"A": 1}
+    assert selection.chosen({"A": [(1, 0.5, 3, 0), (2, 0.6, 3, 0), (3, 0.4, 3, 0)]}) == {"A": 2}

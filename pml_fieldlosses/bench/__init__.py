@@ -57,24 +57,7 @@ def run_bench(config, file=None):
         get_entry(name)
     out_dir = Path(config.out) / config.folder_name()
     print(f"pml-fieldlosses bench -> {out_dir}", file=file)
-
-    t = time.perf_counter()
-    dataset = load_data(config)
-    data_seconds = time.perf_counter() - t
-    out_dir.mkdir(parents=True, exist_ok=True)
-    _check_or_write_protocol(out_dir, config, dataset.fingerprint())
-    split = make_split(dataset, config.val_fraction)
-    print(
-        f"data: {dataset.name}, {len(dataset.images)} images of {dataset.num_classes} classes at "
-        f"{dataset.image_size} px ({data_seconds:.0f} s); classes train/val/test "
-        f"{split.num_train_classes}/{len(np.unique(split.val_labels))}/{len(np.unique(split.test_labels))}",
-        file=file,
-    )
-    inputs = prepare_inputs(dataset, split, config, file=file)
-    if inputs.seconds:
-        print(f"frozen features computed and cached in {inputs.seconds:.0f} s", file=file)
-    check_config(config, inputs.in_features, split.num_train_classes)
-
+    dataset, split, inputs, data_seconds = prepare(config, out_dir, file)
     results = run_all(inputs, config, out_dir, file=file)
     rows = report.summarize(results)
     wall = time.perf_counter() - start
@@ -100,6 +83,29 @@ def run_bench(config, file=None):
     print(f"\nreport: {out_dir / 'README.md'}", file=sys.stdout)
     print(f"wall time: {time.perf_counter() - start:.0f} s", file=sys.stdout)
     return rows
+
+
+def prepare(config, out_dir, file, selection=False):
+    """Load the data, check (or write) the folder's protocol.json, split, prepare
+    the runs' inputs and check that every loss builds. Returns (dataset,
+    split, inputs, seconds spent loading the data)."""
+    t = time.perf_counter()
+    dataset = load_data(config)
+    data_seconds = time.perf_counter() - t
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _check_or_write_protocol(out_dir, config.protocol(selected=not selection), dataset.fingerprint())
+    split = make_split(dataset, config.val_fraction)
+    print(
+        f"data: {dataset.name}, {len(dataset.images)} images of {dataset.num_classes} classes at "
+        f"{dataset.image_size} px ({data_seconds:.0f} s); classes train/val/test "
+        f"{split.num_train_classes}/{len(np.unique(split.val_labels))}/{len(np.unique(split.test_labels))}",
+        file=file,
+    )
+    inputs = prepare_inputs(dataset, split, config, file=file)
+    if inputs.seconds:
+        print(f"frozen features computed and cached in {inputs.seconds:.0f} s", file=file)
+    check_config(config, inputs.in_features, split.num_train_classes)
+    return dataset, split, inputs, data_seconds
 
 
 def make_plots(results, rows, dataset, inputs, config, out_dir):
@@ -134,10 +140,10 @@ def _describe(config, dataset):
     return f"image folder {config.data}"
 
 
-def _check_or_write_protocol(out_dir, config, data_fingerprint):
+def _check_or_write_protocol(out_dir, protocol, data_fingerprint):
     """Finished runs are reused only for the same settings and the same data."""
     path = out_dir / "protocol.json"
-    protocol = {**config.protocol(), "data_fingerprint": data_fingerprint}
+    protocol = {**protocol, "data_fingerprint": data_fingerprint}
     if path.is_file():
         if json.loads(path.read_text()) != json.loads(json.dumps(protocol)):
             raise RuntimeError(

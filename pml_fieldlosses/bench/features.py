@@ -231,7 +231,11 @@ def prepare_inputs(dataset, split, config, file=None):
         in_features=probe.out_features,
         make_trunk=lambda: backbones.build_trunk(config.backbone, dataset.image_size),
         frozen=False,
-        trunk_lr_multiplier=config.trunk_lr_multiplier if "efficientnet" in config.backbone else 1.0,
+        trunk_lr_multiplier=(
+            config.trunk_lr_multiplier
+            if "efficientnet" in config.backbone
+            else config.scratch_trunk_lr_multiplier
+        ),
         train_collate=collate_train_images,
         eval_collate=collate_eval_images,
     )

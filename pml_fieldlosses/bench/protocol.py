@@ -11,10 +11,10 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .registry import default_losses
+from .registry import default_losses, hyperparameters
 
 # bump when a change of the code changes the results of the same settings
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 
 @dataclass
@@ -29,15 +29,19 @@ class BenchConfig:
     backbone: str = "efficientnet-lite0"
     image_size: int = 64
     embedding_size: int = 128
-    epochs: int = 50  # maximum; early stopping on validation MAP@R may end a run sooner
-    patience: int = 8  # stop when the best validation epoch is more than this many epochs old
+    epochs: int = 60  # maximum; early stopping on validation MAP@R may end a run sooner
+    patience: int = 10  # stop when the best validation epoch is more than this many epochs old
     label_noise: float = 0.0
     batch_size: int = 128
     m_per_class: int = 4
-    lr: float = 1e-3  # AdamW for the embedder (and a trained trunk)
+    lr: float = 1e-2  # AdamW for the embedder (kaiming-normal fan_out init, see registry.linear_embedder)
     weight_decay: float = 1e-4
-    loss_lr_multiplier: float = 10.0  # lr of learnable loss parameters (proxies, W, mean fields)
-    trunk_lr_multiplier: float = 0.1  # lr of a pretrained trunk being fine-tuned
+    loss_lr_multiplier: float = 1.0  # lr of learnable loss parameters (proxies, W, mean fields): 1e-2
+    trunk_lr_multiplier: float = 0.01  # lr of a pretrained trunk being fine-tuned: 1e-4
+    scratch_trunk_lr_multiplier: float = 0.1  # lr of a trunk trained from scratch: 1e-3
+    lr_decay_epochs: int = 10  # StepLR: every optimiser's lr is multiplied by lr_decay every this many epochs
+    lr_decay: float = 0.5
+    grad_clip: float = 10.0  # max gradient norm, per optimiser's parameter group; 0 disables
     val_fraction: float = 0.2  # share of the training classes held out for model selection
     aug_views: int = 4  # augmented views per training image (frozen backbone: cached features)
     device: str = "cpu"
@@ -63,25 +67,39 @@ class BenchConfig:
             raise ValueError(f"--label-noise must be in [0, 1), got {self.label_noise}")
         if not 0 < self.val_fraction < 1:
             raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
+        if self.lr_decay_epochs < 1 or not 0 < self.lr_decay <= 1:
+            raise ValueError("lr_decay_epochs must be >= 1 and lr_decay in (0, 1]")
+        if self.grad_clip < 0:
+            raise ValueError(f"grad_clip must be >= 0 (0: no clipping), got {self.grad_clip}")
         if self.batch_size % self.m_per_class:
             raise ValueError("batch_size must be a multiple of m_per_class")
 
-    def protocol(self):
+    def protocol(self, selected=True):
+        """The settings that define the results; with the losses' selected
+        hyperparameters unless ``selected`` is False (the selection's own runs
+        name their values)."""
         settings = {k: v for k, v in dataclasses.asdict(self).items() if k not in self.NOT_PROTOCOL}
+        if selected:
+            settings["hyperparameters"] = hyperparameters()
         return {**settings, "protocol_version": PROTOCOL_VERSION}
 
-    def protocol_hash(self):
-        return hashlib.sha256(json.dumps(self.protocol(), sort_keys=True).encode()).hexdigest()[:8]
+    def protocol_hash(self, selected=True):
+        text = json.dumps(self.protocol(selected), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:8]
 
-    def folder_name(self):
-        data = (
-            "emoji"
-            if self.data == "emoji"
-            else "folder-"
-            + "".join(c if c.isalnum() else "_" for c in str(self.data).rstrip("/").split("/")[-1])
-        )
+    def folder_name(self, selection=False):
+        """The results folder; ``selection``: the hyperparameter selection's."""
         noise = f"-noise{self.label_noise:g}" if self.label_noise else ""
-        return f"{data}-{self.backbone}-{self.image_size}px{noise}-{self.protocol_hash()}"
+        kind = "-selection" if selection else ""
+        name = f"{self._data_name()}-{self.backbone}-{self.image_size}px{noise}{kind}"
+        return f"{name}-{self.protocol_hash(selected=not selection)}"
+
+    def _data_name(self):
+        if self.data == "emoji":
+            return "emoji"
+        return "folder-" + "".join(
+            c if c.isalnum() else "_" for c in str(self.data).rstrip("/").split("/")[-1]
+        )
 
 
 def number_of_workers(config, jobs):
@@ -101,7 +119,7 @@ def number_of_workers(config, jobs):
 def quick_config(**overrides):
     """``--quick``: the same protocol at a smaller budget (fewer epochs, seeds and
     augmented views); explicit options still win."""
-    settings = dict(seeds=2, epochs=8, patience=3, aug_views=1, quick=True)
+    settings = dict(seeds=2, epochs=12, patience=4, lr_decay_epochs=2, aug_views=1, quick=True)
     settings.update(overrides)
     return BenchConfig(**settings)
 

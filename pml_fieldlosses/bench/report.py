@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from .metrics import METRICS, PRIMARY, mean_ci
+from .registry import get_entry
 from .runs import UNTRAINED
 
 
@@ -90,6 +91,14 @@ def write_csv(rows, path):
             writer.writerow(values)
 
 
+def hyperparameter_text(name):
+    """``PFML delta=0.4``; a name that sets its value (``PFML[delta=0.3]``) says it already."""
+    if "[" in name:
+        return name
+    entry = get_entry(name)
+    return f"{name} {entry.tuned}={entry.value:g}"
+
+
 def write_markdown(rows, path, config, info, plots):
     """The report: settings, the table, how to read it, the plots."""
     noise = f", {config.label_noise:.0%} of the training labels corrupted" if config.label_noise else ""
@@ -111,6 +120,11 @@ def write_markdown(rows, path, config, info, plots):
         "95 % confidence interval over seeds (Student's t). ΔMAP@R: gain over the untrained row. "
         "best ep: mean epoch of the best validation MAP@R. s/epoch: training seconds per epoch "
         "(validation excluded).",
+        "",
+        "Tuned hyperparameter of each loss (`pml-fieldlosses select`; every other one at its "
+        "published default): "
+        + ", ".join(hyperparameter_text(r["loss"]) for r in rows if r["loss"] != UNTRAINED)
+        + ".",
         "",
         f"Wall time: {info['wall_seconds']:.0f} s ({info['wall_note']}).",
         "",

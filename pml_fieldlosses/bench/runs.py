@@ -20,9 +20,10 @@ from pytorch_metric_learning.utils import logging_presets
 
 from . import metrics
 from .protocol import number_of_workers, training_labels
-from .registry import get_entry
+from .registry import get_entry, linear_embedder
 
 UNTRAINED = "(no training)"
+MODEL_KEYS = ("trunk", "embedder", "metric_loss")
 
 
 class BenchTrainer(trainers.MetricLossOnly):
@@ -106,9 +107,10 @@ def save_embeddings(path, tester, inputs, trunk, embedder):
     )
 
 
-def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, file=None):
+def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, file=None, test=True):
     """Train ``loss_name`` with ``seed``, select the epoch by validation MAP@R
-    (early stopping), test that model once. Returns the result dict."""
+    (early stopping), test that model once (unless ``test`` is False: the
+    hyperparameter selection never looks at the test split). Returns the result dict."""
     entry = get_entry(loss_name)
     device = torch.device(config.device)
     run_dir, model_dir = Path(run_dir), Path(run_dir) / "models"
@@ -121,7 +123,7 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, file=No
     batch_size = min(config.batch_size, config.m_per_class * C)
 
     trunk = inputs.make_trunk().to(device)
-    embedder = (entry.embedder(F, D) if entry.embedder else torch.nn.Linear(F, D)).to(device)
+    embedder = (entry.embedder(F, D) if entry.embedder else linear_embedder(F, D)).to(device)
     loss = entry.build(C, D, embedder).to(device)
     miner = entry.miner() if entry.miner else None
     optimizers = {
@@ -139,6 +141,16 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, file=No
         optimizers["metric_loss_optimizer"] = torch.optim.AdamW(
             loss.parameters(), lr, weight_decay=config.weight_decay
         )
+
+    models = {"trunk": trunk, "embedder": embedder, "metric_loss": loss}
+    schedulers, clippers = {}, {}
+    for key, optimizer in optimizers.items():
+        name = key[: -len("_optimizer")]
+        schedulers[f"{name}_scheduler_by_epoch"] = torch.optim.lr_scheduler.StepLR(
+            optimizer, config.lr_decay_epochs, config.lr_decay
+        )
+        if config.grad_clip:
+            clippers[f"{name}_grad_clipper"] = GradClipper(models[name].parameters(), config.grad_clip)
 
     record_keeper, _, writer = logging_presets.get_record_keeper(
         str(run_dir / "records"), str(tensorboard_dir)
@@ -170,25 +182,29 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, file=No
             dataloader_num_workers=0,
             data_device=device,
             collate_fn=inputs.train_collate,
+            lr_schedulers=schedulers,
+            gradient_clippers=clippers,
             end_of_iteration_hook=hooks.end_of_iteration_hook,
             end_of_epoch_hook=end_of_epoch,
             progress=progress,
         )
         trainer.train(num_epochs=config.epochs)
     best_epoch, best_val = hooks.get_best_epoch_and_accuracy(tester, "val")
-    hooks.load_latest_saved_models(trainer, str(model_dir), device, best=True)
-    tester.test(
-        {"test": inputs.eval_dataset("test")},
-        best_epoch,
-        trunk,
-        embedder,
-        splits_to_eval=[("test", ["test"])],
-        collate_fn=inputs.eval_collate,
-    )
-    test = metrics.level0(tester.all_accuracies["test"])
     history = hooks.get_accuracy_history(tester, "val", return_all_metrics=True)
-    if seed == 0:
-        save_embeddings(run_dir / "test_embeddings.npz", tester, inputs, trunk, embedder)
+    results = None
+    if test:
+        hooks.load_latest_saved_models(trainer, str(model_dir), device, best=True)
+        tester.test(
+            {"test": inputs.eval_dataset("test")},
+            best_epoch,
+            trunk,
+            embedder,
+            splits_to_eval=[("test", ["test"])],
+            collate_fn=inputs.eval_collate,
+        )
+        results = metrics.level0(tester.all_accuracies["test"])
+        if seed == 0:
+            save_embeddings(run_dir / "test_embeddings.npz", tester, inputs, trunk, embedder)
     if writer is not None:
         writer.close()
     keep_best_models(model_dir, best_epoch)
@@ -196,7 +212,7 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, file=No
         "loss": loss_name,
         "origin": entry.origin,
         "seed": seed,
-        "test": test,
+        "test": results,
         "best_epoch": int(best_epoch),
         "best_val_map_at_r": float(best_val),
         "epochs_run": len(trainer.epoch_seconds),
@@ -208,14 +224,33 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, file=No
             "map_at_r": [float(v) for v in history[f"{metrics.PRIMARY}_level0"]],
         },
         "label_noise": {"fraction": config.label_noise, "changed": len(changed), "of": len(labels)},
+        "clipped_fraction": {k[: -len("_grad_clipper")]: c.clipped_fraction() for k, c in clippers.items()},
         "run_seconds": time.perf_counter() - start,
     }
+
+
+class GradClipper:
+    """Clips the gradient norm of ``parameters`` to ``max_norm`` (PML trainers call
+    it between backward and the optimiser step) and counts the steps it clipped."""
+
+    def __init__(self, parameters, max_norm):
+        self.parameters = [p for p in parameters if p.requires_grad]
+        self.max_norm = max_norm
+        self.steps = self.clipped = 0
+
+    def __call__(self):
+        norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.max_norm)
+        self.steps += 1
+        self.clipped += int(norm > self.max_norm)
+
+    def clipped_fraction(self):
+        return self.clipped / self.steps if self.steps else 0.0
 
 
 def keep_best_models(model_dir, best_epoch):
     """Drop the optimiser states and the latest-epoch copies; keep the best models."""
     for path in Path(model_dir).glob("*.pth"):
-        if path.name.startswith(("embedder_optimizer", "trunk_optimizer", "metric_loss_optimizer")):
+        if path.name.startswith(tuple(f"{m}_{k}" for m in MODEL_KEYS for k in ("optimizer", "scheduler"))):
             path.unlink()
         elif not path.stem.endswith(f"_best{best_epoch}"):
             path.unlink()
@@ -260,7 +295,7 @@ def evaluate_untrained(seed, inputs, config):
     }
 
 
-def execute_run(name, seed, inputs, config, out_dir, file=None):
+def execute_run(name, seed, inputs, config, out_dir, file=None, test=True):
     """Run one job into its fresh folder and write its result.json last (so a
     folder without one is an unfinished run). Training is single-threaded:
     every run is timed under the same conditions, tiny ops do not suffer from
@@ -277,7 +312,7 @@ def execute_run(name, seed, inputs, config, out_dir, file=None):
             else:
                 tensorboard_dir = Path(out_dir) / "tensorboard" / safe_name(name) / f"seed{seed}"
                 shutil.rmtree(tensorboard_dir, ignore_errors=True)
-                result = train_one(name, seed, inputs, config, run_dir, tensorboard_dir, file)
+                result = train_one(name, seed, inputs, config, run_dir, tensorboard_dir, file, test)
         write_json(run_dir / "result.json", result)
         return result
     finally:
@@ -289,16 +324,18 @@ _SHARED = {}
 
 
 def _execute_shared(job):
-    return execute_run(*job, _SHARED["inputs"], _SHARED["config"], _SHARED["out_dir"])
+    return execute_run(*job, _SHARED["inputs"], _SHARED["config"], _SHARED["out_dir"], test=_SHARED["test"])
 
 
-def run_all(inputs, config, out_dir, file=None):
+def run_all(inputs, config, out_dir, file=None, jobs=None, test=True):
     """Every (loss, seed) of ``config`` (seed-major: all losses with seed 0
-    first), with the untrained rows. A run whose result.json exists is loaded,
-    not recomputed; a run folder without one (a killed run) starts afresh.
-    Runs go to ``number_of_workers`` processes. Returns the result dicts."""
+    first), with the untrained rows, or the (loss, seed) ``jobs`` given. A run
+    whose result.json exists is loaded, not recomputed; a run folder without one
+    (a killed run) starts afresh. Runs go to ``number_of_workers`` processes.
+    ``test=False``: no test evaluation. Returns the result dicts."""
     out_dir = Path(out_dir)
-    jobs = [(name, seed) for seed in range(config.seeds) for name in (UNTRAINED, *config.losses)]
+    if jobs is None:
+        jobs = [(name, seed) for seed in range(config.seeds) for name in (UNTRAINED, *config.losses)]
     results, todo = [], []
     for name, seed in jobs:
         path = run_folder(out_dir, name, seed) / "result.json"
@@ -317,11 +354,11 @@ def run_all(inputs, config, out_dir, file=None):
         if workers == 1:
             for name, seed in todo:
                 bar.set_postfix_str(f"{name} seed {seed}")
-                results.append(execute_run(name, seed, inputs, config, out_dir, file))
+                results.append(execute_run(name, seed, inputs, config, out_dir, file, test))
                 bar.update(1)
             return _in_order(results, jobs)
         tqdm.tqdm.monitor_interval = 0  # no monitor thread: nothing threaded to fork
-        _SHARED.update(inputs=inputs, config=config, out_dir=out_dir)
+        _SHARED.update(inputs=inputs, config=config, out_dir=out_dir, test=test)
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
         try:
             futures = {pool.submit(_execute_shared, job): job for job in todo}
@@ -329,9 +366,12 @@ def run_all(inputs, config, out_dir, file=None):
                 result = future.result()
                 results.append(result)
                 bar.update(1)
-                bar.set_postfix_str(
-                    f"{result['loss']} seed {result['seed']}: MAP@R {result['test'][metrics.PRIMARY]:.3f}"
+                split, value = (
+                    ("val", result["best_val_map_at_r"])
+                    if result["test"] is None
+                    else ("test", result["test"][metrics.PRIMARY])
                 )
+                bar.set_postfix_str(f"{result['loss']} seed {result['seed']}: {split} MAP@R {value:.3f}")
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise

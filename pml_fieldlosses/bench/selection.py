@@ -1,0 +1,76 @@
+"""The hyperparameter selection: every candidate of every loss's tuned
+hyperparameter (registry.LossEntry.grid, three each) trained once with the
+benchmark's protocol and budget and the seed SELECTION_SEED (not one of the
+reported seeds), compared by their best validation MAP@R. The test split is
+never evaluated. Ties keep the published default.
+
+pml-fieldlosses select                                # every loss, default data
+pml-fieldlosses select --losses PFML,CPML --data PATH
+
+It prints the table and the ``SELECTED`` dict to put in registry.py.
+"""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from .registry import get_entry
+
+SELECTION_SEED = 1000
+
+
+def select(config, file=None):
+    """Run the selection for ``config.losses`` (resuming finished runs) and
+    return {loss: [(value, best validation MAP@R, best epoch, seconds), ...]}
+    in grid order."""
+    from . import prepare
+    from .runs import run_all
+
+    file = file or sys.stderr
+    out_dir = Path(config.out) / config.folder_name(selection=True)
+    print(f"hyperparameter selection -> {out_dir}", file=file)
+    _, _, inputs, _ = prepare(config, out_dir, file, selection=True)
+    entries = [get_entry(name) for name in config.losses]
+    jobs = [(name, SELECTION_SEED) for entry in entries for name in entry.candidates()]
+    results = {r["loss"]: r for r in run_all(inputs, config, out_dir, file=file, jobs=jobs, test=False)}
+    table = {}
+    for entry in entries:
+        table[entry.name] = [
+            (
+                value,
+                results[name]["best_val_map_at_r"],
+                results[name]["best_epoch"],
+                results[name]["run_seconds"],
+            )
+            for value, name in zip(entry.grid, entry.candidates())
+        ]
+    (out_dir / "selection.json").write_text(json.dumps(table, indent=1))
+    return table
+
+
+def chosen(table):
+    """{loss: value} with the best validation MAP@R (the first, i.e. the
+    published default, on ties)."""
+    return {name: max(rows, key=lambda row: row[1])[0] for name, rows in table.items()}
+
+
+def markdown(table):
+    lines = ["| loss | hyperparameter | candidates: val MAP@R (best epoch) | selected |", "|---|---|---|---|"]
+    best = chosen(table)
+    for name, rows in table.items():
+        cells = ", ".join(
+            f"{v:g}: {m:.3f} ({e})" + (" (default)" if i == 0 else "") for i, (v, m, e, _) in enumerate(rows)
+        )
+        lines.append(f"| {name} | {get_entry(name).tuned} | {cells} | {best[name]:g} |")
+    return "\n".join(lines)
+
+
+def run_selection(config, file=None):
+    """``pml-fieldlosses select``: run the selection and print its table and choice."""
+    start = time.perf_counter()
+    table = select(config, file)
+    print(markdown(table), file=file)
+    print(f"\nSELECTED = {chosen(table)!r}", file=file)
+    print(f"wall time: {time.perf_counter() - start:.0f} s", file=file)
+    return table
