@@ -345,6 +345,7 @@ def test_selection_trains_every_candidate_never_tests_and_keeps_the_default_on_t
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     assert "| ProxyAnchor | margin |" in printed and "SELECTED = {" in printed
+    assert "bench --losses 'ProxyAnchor[margin=" in printed
     out = next((tmp_path / "out").iterdir())
     assert "-selection-" in out.name
     assert "hyperparameters" not in json.loads((out / "protocol.json").read_text())
@@ -359,3 +360,5 @@ def test_selection_trains_every_candidate_never_tests_and_keeps_the_default_on_t
 
     assert selection.chosen({"A": [(1, 0.5, 3, 0), (2, 0.5, 3, 0), (3, 0.4, 3, 0)]}) == {"A": 1}
     assert selection.chosen({"A": [(1, 0.5, 3, 0), (2, 0.6, 3, 0), (3, 0.4, 3, 0)]}) == {"A": 2}
+    with pytest.raises(ValueError, match="plain loss names"):
+        selection.select(tiny_config(folder, tmp_path, losses=("PFML[delta=0.3]",)))

@@ -119,7 +119,7 @@ def number_of_workers(config, jobs):
 def quick_config(**overrides):
     """``--quick``: the same protocol at a smaller budget (fewer epochs, seeds and
     augmented views); explicit options still win."""
-    settings = dict(seeds=2, epochs=12, patience=4, lr_decay_epochs=2, aug_views=1, quick=True)
+    settings = dict(seeds=2, epochs=12, patience=4, lr_decay_epochs=4, aug_views=1, quick=True)
     settings.update(overrides)
     return BenchConfig(**settings)
 

@@ -28,6 +28,9 @@ def select(config, file=None):
     from .runs import run_all
 
     file = file or sys.stderr
+    fixed = [name for name in config.losses if "[" in name]
+    if fixed:
+        raise ValueError(f"select tries every value itself: give plain loss names, not {', '.join(fixed)}")
     out_dir = Path(config.out) / config.folder_name(selection=True)
     print(f"hyperparameter selection -> {out_dir}", file=file)
     _, _, inputs, _ = prepare(config, out_dir, file, selection=True)
@@ -71,6 +74,9 @@ def run_selection(config, file=None):
     start = time.perf_counter()
     table = select(config, file)
     print(markdown(table), file=file)
-    print(f"\nSELECTED = {chosen(table)!r}", file=file)
+    best = chosen(table)
+    print(f"\nSELECTED = {best!r}", file=file)
+    variants = ",".join(f"{name}[{get_entry(name).tuned}={value:g}]" for name, value in best.items())
+    print(f"for the bench on this data: pml-fieldlosses bench --losses '{variants}'", file=file)
     print(f"wall time: {time.perf_counter() - start:.0f} s", file=file)
     return table
