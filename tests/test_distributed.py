@@ -1,5 +1,6 @@
 """Two gloo processes on CPU give the single-process gradients (float64)."""
 
+import gc
 import os
 
 import pytest
@@ -45,19 +46,27 @@ def gradients(model, loss_func, embeddings):
     }
 
 
+def run_case(case, rank, out_dir):
+    model, loss_func, data, labels = build(case)
+    model = DDP(model)
+    wrapped = DistributedLossWrapper(loss_func)
+    if list(loss_func.parameters()):
+        wrapped = DDP(wrapped)
+    local = slice(rank * BATCH // WORLD_SIZE, (rank + 1) * BATCH // WORLD_SIZE)
+    embeddings = model(data[local])
+    embeddings.retain_grad()
+    wrapped(embeddings, labels[local]).backward()
+    torch.save(gradients(model.module, loss_func, embeddings), os.path.join(out_dir, f"{case}-{rank}.pt"))
+
+
 def rank_worker(rank, init_file, out_dir):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD_SIZE)
     for case in CASES:
-        model, loss_func, data, labels = build(case)
-        model = DDP(model)
-        wrapped = DistributedLossWrapper(loss_func)
-        if list(loss_func.parameters()):
-            wrapped = DDP(wrapped)
-        local = slice(rank * BATCH // WORLD_SIZE, (rank + 1) * BATCH // WORLD_SIZE)
-        embeddings = model(data[local])
-        embeddings.retain_grad()
-        wrapped(embeddings, labels[local]).backward()
-        torch.save(gradients(model.module, loss_func, embeddings), os.path.join(out_dir, f"{case}-{rank}.pt"))
+        run_case(case, rank, out_dir)
+    # the DDP modules (and gloo's pending work they hold) are gone before the
+    # group is: gloo work freed during interpreter shutdown aborts the process
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
 
 
