@@ -75,7 +75,8 @@ class BranchOutputCache:
             "RelationalLoss received embeddings that no recent training-mode forward of its "
             f"RelationalEmbedder produced (the last {self.max_entries} live outputs are kept). Pass the "
             "embedder's output tensor itself: a copy, slice, cast or normalised version of it, or the "
-            "output of an eval-mode forward, has no branch outputs."
+            "output of an eval-mode forward, has no branch outputs. Under DDP, call RelationalLoss on "
+            "each rank's own batch: DistributedLossWrapper's gathered batch is such a copy."
         )
 
     def __len__(self):
