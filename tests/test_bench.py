@@ -254,10 +254,7 @@ def test_quick_config_keeps_explicit_options():
     assert set(registry.default_losses()) >= {"ProxyAnchor", "MultiSimilarity", "MFCont", "CWMS", "MFCWMS"}
 
 
-def test_registry_only_lists_classes_that_import():
-    assert registry.optional_class("pml_fieldlosses.losses", "NoSuchLoss") is None
-    assert registry.optional_class("no_such_module_anywhere", "X") is None
-    assert registry.optional_class("pml_fieldlosses.losses", "MeanFieldContrastiveLoss") is not None
+def test_every_registry_entry_builds():
     for name, entry in registry.LOSSES.items():
         embedder = entry.embedder(64, 16) if entry.embedder else torch.nn.Identity()
         loss = entry.build(10, 16, embedder)

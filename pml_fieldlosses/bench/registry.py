@@ -1,5 +1,5 @@
-"""The losses the benchmark compares: a table of entries, each added only if
-its class imports, so losses that land later join by themselves.
+"""The losses the benchmark compares: a table of entries, PML's and ours
+(``pml_fieldlosses.losses``, which holds both).
 
 Each entry has one tuned hyperparameter, the one that sets its margin (or
 radius, or temperature), with three candidates: the published default (PML's
@@ -16,14 +16,15 @@ own optimiser over ``loss.parameters()`` (BenchConfig.loss_lr_multiplier).
 """
 
 import dataclasses
-import importlib
 import re
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
-from pytorch_metric_learning import losses as pml_losses
 from pytorch_metric_learning import miners
+
+from .. import losses
+from ..models import RelationalEmbedder
 
 # The candidate the validation selection chose for the default data (emoji,
 # efficientnet-lite0, 64 px, embedding 128, protocol 2; selection seed 1000);
@@ -86,37 +87,21 @@ class LossEntry:
         return [f"{self.name}[{self.tuned}={v:g}]" for v in self.grid]
 
 
-def optional_class(module, name):
-    """``module.name`` if it imports, else None."""
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return None
-
-
 def _entries():
-    ours = "pml_fieldlosses.losses"
-    MFCont = optional_class(ours, "MeanFieldContrastiveLoss")
-    CWMS = optional_class(ours, "ClassWiseMultiSimilarityLoss")
-    MFCWMS = optional_class(ours, "MeanFieldClassWiseMultiSimilarityLoss")
-    PFML = optional_class(ours, "PotentialFieldLoss")
-    CPML = optional_class(ours, "ContrastivePotentialLoss")
-    Relational = optional_class("pml_fieldlosses.losses.relational_loss", "RelationalLoss")
-    RelationalEmbedder = optional_class("pml_fieldlosses.models", "RelationalEmbedder")
-
+    branches = 4  # of the DRML head
     # grids: the published default, then the values with half and twice its distance margin
     table = [
         LossEntry(
             "ProxyAnchor",
             "PML",
-            lambda C, D, e, margin: pml_losses.ProxyAnchorLoss(C, D, margin=margin),
+            lambda C, D, e, margin: losses.ProxyAnchorLoss(C, D, margin=margin),
             "margin",
             (0.1, 0.05, 0.2),
         ),
         LossEntry(  # base is a similarity threshold: distance margin 1 - base = 0.5, 0.25, 1
             "MultiSimilarity",
             "PML",
-            lambda C, D, e, base: pml_losses.MultiSimilarityLoss(base=base),
+            lambda C, D, e, base: losses.MultiSimilarityLoss(base=base),
             "base",
             (0.5, 0.75, 0.0),
             miner=lambda: miners.MultiSimilarityMiner(),
@@ -124,80 +109,79 @@ def _entries():
         LossEntry(  # Euclidean on the unit sphere (2: every negative pair but antipodal ones counts)
             "Contrastive",
             "PML",
-            lambda C, D, e, neg_margin: pml_losses.ContrastiveLoss(neg_margin=neg_margin),
+            lambda C, D, e, neg_margin: losses.ContrastiveLoss(neg_margin=neg_margin),
             "neg_margin",
             (1.0, 0.5, 2.0),
         ),
         LossEntry(
             "CosFace",
             "PML",
-            lambda C, D, e, margin: pml_losses.CosFaceLoss(C, D, margin=margin),
+            lambda C, D, e, margin: losses.CosFaceLoss(C, D, margin=margin),
             "margin",
             (0.35, 0.175, 0.7),
         ),
         LossEntry(  # degrees
             "ArcFace",
             "PML",
-            lambda C, D, e, margin: pml_losses.ArcFaceLoss(C, D, margin=margin),
+            lambda C, D, e, margin: losses.ArcFaceLoss(C, D, margin=margin),
             "margin",
             (28.6, 14.3, 57.2),
         ),
         LossEntry(
             "NormSoftmax",
             "PML",
-            lambda C, D, e, temperature: pml_losses.NormalizedSoftmaxLoss(C, D, temperature=temperature),
+            lambda C, D, e, temperature: losses.NormalizedSoftmaxLoss(C, D, temperature=temperature),
             "temperature",
             (0.05, 0.025, 0.1),
         ),
+        LossEntry(  # cosine distance
+            "MFCont",
+            "ours",
+            lambda C, D, e, neg_margin: losses.MeanFieldContrastiveLoss(C, D, neg_margin=neg_margin),
+            "neg_margin",
+            (0.3, 0.15, 0.6),
+        ),
+        LossEntry(  # similarity threshold: distance margin 1 - base = 0.2, 0.1, 0.4
+            "CWMS",
+            "ours",
+            lambda C, D, e, base: losses.ClassWiseMultiSimilarityLoss(base=base),
+            "base",
+            (0.8, 0.9, 0.6),
+        ),
+        LossEntry(
+            "MFCWMS",
+            "ours",
+            lambda C, D, e, base: losses.MeanFieldClassWiseMultiSimilarityLoss(C, D, base=base),
+            "base",
+            (0.8, 0.9, 0.6),
+        ),
+        LossEntry(  # radius of both potentials (the paper cross-validates it in [0.1, 0.3])
+            "PFML",
+            "ours",
+            lambda C, D, e, delta: losses.PotentialFieldLoss(C, D, delta=delta),
+            "delta",
+            (0.2, 0.1, 0.4),
+        ),
+        LossEntry(
+            "CPML",
+            "ours",
+            lambda C, D, e, delta: losses.ContrastivePotentialLoss(C, D, delta=delta),
+            "delta",
+            (0.2, 0.1, 0.4),
+        ),
+        LossEntry(  # the ProxyAnchor margin of the representation and branch losses
+            "DRML-ProxyAnchor",
+            "ours",
+            lambda C, D, e, margin: losses.RelationalLoss(
+                e,
+                losses.ProxyAnchorLoss(C, D, margin=margin),
+                branch_losses=lambda: losses.ProxyAnchorLoss(C, D // branches, margin=margin),
+            ),
+            "margin",
+            (0.1, 0.05, 0.2),
+            embedder=lambda F, D: RelationalEmbedder(F, D, num_branches=branches),
+        ),
     ]
-    if MFCont is not None:  # cosine distance
-        table.append(
-            LossEntry(
-                "MFCont",
-                "ours",
-                lambda C, D, e, neg_margin: MFCont(C, D, neg_margin=neg_margin),
-                "neg_margin",
-                (0.3, 0.15, 0.6),
-            )
-        )
-    if CWMS is not None:  # similarity threshold: distance margin 1 - base = 0.2, 0.1, 0.4
-        table.append(
-            LossEntry("CWMS", "ours", lambda C, D, e, base: CWMS(base=base), "base", (0.8, 0.9, 0.6))
-        )
-    if MFCWMS is not None:
-        table.append(
-            LossEntry(
-                "MFCWMS", "ours", lambda C, D, e, base: MFCWMS(C, D, base=base), "base", (0.8, 0.9, 0.6)
-            )
-        )
-    if PFML is not None:  # radius of both potentials (the paper cross-validates it in [0.1, 0.3])
-        table.append(
-            LossEntry(
-                "PFML", "ours", lambda C, D, e, delta: PFML(C, D, delta=delta), "delta", (0.2, 0.1, 0.4)
-            )
-        )
-    if CPML is not None:
-        table.append(
-            LossEntry(
-                "CPML", "ours", lambda C, D, e, delta: CPML(C, D, delta=delta), "delta", (0.2, 0.1, 0.4)
-            )
-        )
-    if Relational is not None and RelationalEmbedder is not None:
-        branches = 4
-        table.append(
-            LossEntry(  # the ProxyAnchor margin of the representation and branch losses
-                "DRML-ProxyAnchor",
-                "ours",
-                lambda C, D, e, margin: Relational(
-                    e,
-                    pml_losses.ProxyAnchorLoss(C, D, margin=margin),
-                    branch_losses=lambda: pml_losses.ProxyAnchorLoss(C, D // branches, margin=margin),
-                ),
-                "margin",
-                (0.1, 0.05, 0.2),
-                embedder=lambda F, D: RelationalEmbedder(F, D, num_branches=branches),
-            )
-        )
     return {entry.name: entry.with_value(SELECTED.get(entry.name, entry.default)) for entry in table}
 
 

@@ -126,31 +126,22 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, file=No
     embedder = (entry.embedder(F, D) if entry.embedder else linear_embedder(F, D)).to(device)
     loss = entry.build(C, D, embedder).to(device)
     miner = entry.miner() if entry.miner else None
-    optimizers = {
-        "embedder_optimizer": torch.optim.AdamW(
-            embedder.parameters(), config.lr, weight_decay=config.weight_decay
-        )
-    }
+    # an AdamW, a StepLR and a gradient clipper for each trained part, under PML's key names
+    lrs = {"embedder": config.lr}
     if any(p.requires_grad for p in trunk.parameters()):
-        lr = config.lr * inputs.trunk_lr_multiplier
-        optimizers["trunk_optimizer"] = torch.optim.AdamW(
-            trunk.parameters(), lr, weight_decay=config.weight_decay
-        )
+        lrs["trunk"] = config.lr * inputs.trunk_lr_multiplier
     if list(loss.parameters()):
-        lr = config.lr * config.loss_lr_multiplier
-        optimizers["metric_loss_optimizer"] = torch.optim.AdamW(
-            loss.parameters(), lr, weight_decay=config.weight_decay
-        )
-
+        lrs["metric_loss"] = config.lr * config.loss_lr_multiplier
     models = {"trunk": trunk, "embedder": embedder, "metric_loss": loss}
-    schedulers, clippers = {}, {}
-    for key, optimizer in optimizers.items():
-        name = key[: -len("_optimizer")]
+    optimizers, schedulers, clippers = {}, {}, {}
+    for name, lr in lrs.items():
+        optimizer = torch.optim.AdamW(models[name].parameters(), lr, weight_decay=config.weight_decay)
+        optimizers[f"{name}_optimizer"] = optimizer
         schedulers[f"{name}_scheduler_by_epoch"] = torch.optim.lr_scheduler.StepLR(
             optimizer, config.lr_decay_epochs, config.lr_decay
         )
         if config.grad_clip:
-            clippers[f"{name}_grad_clipper"] = GradClipper(models[name].parameters(), config.grad_clip)
+            clippers[name] = GradClipper(models[name].parameters(), config.grad_clip)
 
     record_keeper, _, writer = logging_presets.get_record_keeper(
         str(run_dir / "records"), str(tensorboard_dir)
@@ -183,7 +174,7 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, file=No
             data_device=device,
             collate_fn=inputs.train_collate,
             lr_schedulers=schedulers,
-            gradient_clippers=clippers,
+            gradient_clippers={f"{name}_grad_clipper": c for name, c in clippers.items()},
             end_of_iteration_hook=hooks.end_of_iteration_hook,
             end_of_epoch_hook=end_of_epoch,
             progress=progress,
@@ -224,7 +215,7 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, file=No
             "map_at_r": [float(v) for v in history[f"{metrics.PRIMARY}_level0"]],
         },
         "label_noise": {"fraction": config.label_noise, "changed": len(changed), "of": len(labels)},
-        "clipped_fraction": {k[: -len("_grad_clipper")]: c.clipped_fraction() for k, c in clippers.items()},
+        "clipped_fraction": {name: c.clipped_fraction() for name, c in clippers.items()},
         "run_seconds": time.perf_counter() - start,
     }
 
@@ -250,9 +241,10 @@ class GradClipper:
 def keep_best_models(model_dir, best_epoch):
     """Drop the optimiser states and the latest-epoch copies; keep the best models."""
     for path in Path(model_dir).glob("*.pth"):
-        if path.name.startswith(tuple(f"{m}_{k}" for m in MODEL_KEYS for k in ("optimizer", "scheduler"))):
-            path.unlink()
-        elif not path.stem.endswith(f"_best{best_epoch}"):
+        state = path.name.startswith(
+            tuple(f"{m}_{k}" for m in MODEL_KEYS for k in ("optimizer", "scheduler"))
+        )
+        if state or not path.stem.endswith(f"_best{best_epoch}"):
             path.unlink()
 
 
