@@ -6,7 +6,7 @@ from pytorch_metric_learning.utils import common_functions as c_f
 from torch.utils.checkpoint import checkpoint
 
 from ..utils import checks
-from ..utils.neighbor_list import NeighborList, squared_distance_slack
+from ..utils.neighbor_list import NeighborList, rounding_slack
 from .mixins import CheckedForwardMixin
 
 
@@ -105,9 +105,9 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         self.cast_types(embeddings.dtype, embeddings.device)
         B, M = len(embeddings), self.proxies_per_class
         embeddings = self.distance.maybe_normalize(embeddings)
-        proxies = self.proxies.reshape(-1, self.embedding_size)
-        if self.normalize_proxies:
-            proxies = self.distance.normalize(proxies)
+        # PML's regularizers take one row per vector: (num_classes * proxies_per_class, D)
+        raw_proxies = self.proxies.reshape(-1, self.embedding_size)
+        proxies = self.distance.normalize(raw_proxies) if self.normalize_proxies else raw_proxies
         point_labels = torch.cat([labels, self.proxy_labels(labels.device)])
         with torch.no_grad():
             pairs, same = self.candidate_pairs(embeddings.detach(), proxies.detach(), point_labels)
@@ -142,8 +142,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
                 "reduction_type": "element",
             },
         }
-        # PML's regularizers take one row per vector: (num_classes * proxies_per_class, D)
-        self.add_weight_regularization_to_loss_dict(loss_dict, self.proxies.reshape(-1, self.embedding_size))
+        self.add_weight_regularization_to_loss_dict(loss_dict, raw_proxies)
         return loss_dict
 
     def proxy_labels(self, device):
@@ -184,13 +183,15 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         of the same-class pairs."""
         B, M = len(embeddings), self.proxies_per_class
         labels, proxy_labels = point_labels[:B], point_labels[B:]
-        slack = max(squared_distance_slack(embeddings), squared_distance_slack(proxies))
+        emb_norms = torch.linalg.vector_norm(embeddings, dim=1)
+        proxy_norms = torch.linalg.vector_norm(proxies, dim=1)
+        max_norm = torch.maximum(emb_norms.max(), proxy_norms.max()).item()
+        slack = rounding_slack(max_norm, embeddings.shape[1], embeddings.dtype)
         att_threshold = self.delta**2 - slack
         rep_threshold = self.repulsion_delta**2 + slack
         arange = torch.arange(B, device=labels.device)
         # embeddings among themselves
-        emb_sq_norms = torch.linalg.vector_norm(embeddings, dim=1).square()
-        proxy_sq_norms = torch.linalg.vector_norm(proxies, dim=1).square()
+        emb_sq_norms, proxy_sq_norms = emb_norms.square(), proxy_norms.square()
         sq = emb_sq_norms.unsqueeze(1) + emb_sq_norms.unsqueeze(0) - 2 * embeddings @ embeddings.T
         same = labels.unsqueeze(1) == labels.unsqueeze(0)
         upper = arange.unsqueeze(1) < arange.unsqueeze(0)

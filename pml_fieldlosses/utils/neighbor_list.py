@@ -5,10 +5,16 @@ import torch
 
 def squared_distance_slack(points):
     """An upper bound on the rounding error of ||a||^2 + ||b||^2 - 2 a.b computed
-    in the points' dtype (a dot product of length D errs by at most about
+    in the points' dtype (see rounding_slack)."""
+    max_norm = torch.linalg.vector_norm(points, dim=1).max().item() if len(points) else 0.0
+    return rounding_slack(max_norm, points.shape[1], points.dtype)
+
+
+def rounding_slack(max_norm, dim, dtype):
+    """The bound of squared_distance_slack for points of norm <= ``max_norm`` in
+    ``dim`` dimensions (a dot product of length D errs by at most about
     D * eps * ||a|| ||b||), with a safety factor of 2."""
-    max_sq_norm = torch.linalg.vector_norm(points, dim=1).max().item() ** 2 if len(points) else 0.0
-    return 4 * (points.shape[1] + 2) * torch.finfo(points.dtype).eps * max(max_sq_norm, 1.0)
+    return 4 * (dim + 2) * torch.finfo(dtype).eps * max(max_norm**2, 1.0)
 
 
 class NeighborList:
