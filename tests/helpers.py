@@ -1,3 +1,5 @@
+import zlib
+
 import torch
 
 from pml_fieldlosses import losses
@@ -15,6 +17,12 @@ LABEL_PATTERNS = {
     "single_sample": [3],
 }
 NUM_CLASSES, EMBEDDING_SIZE = 9, 6
+DTYPES = [torch.float32, torch.float64]
+
+
+def generator_for(*key):
+    """A generator seeded by the test case, so each case has its own fixed data."""
+    return torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
 
 
 def make_labels(pattern, generator):

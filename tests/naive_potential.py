@@ -11,6 +11,15 @@ import torch
 
 from pml_fieldlosses import losses
 
+from .helpers import (
+    EMBEDDING_SIZE,
+    NUM_CLASSES,
+    assert_close,
+    generator_for,
+    gradients,
+    make_embeddings,
+    make_labels,
+)
 from .naive import nrm
 
 FLOOR = 1e-3  # PotentialFieldLoss.distance_floor
@@ -99,7 +108,7 @@ def dense_energies(x, y, proxies, delta, alpha=None, repulsion_delta=None, norma
 
 
 # Each case: (builder of our loss from (num_classes, embedding_size, proxies_per_class, **kw),
-# naive per-point energies (x, y, proxies, normalize_proxies), dense energies (same)).
+# naive per-point energies (x, y, proxies, normalize_proxies)).
 # The hyperparameters make every term matter for normalised points in 6 dimensions (the
 # "defaults" cases check the default values; their small radius leaves few repelling pairs).
 def _case(loss_name, delta, alpha=None, repulsion_delta=None, default=False):
@@ -117,10 +126,7 @@ def _case(loss_name, delta, alpha=None, repulsion_delta=None, default=False):
             return naive_cpml(x, y, proxies, delta, repulsion_delta, normalize_proxies)
         return naive_pfml(x, y, proxies, delta, alpha, repulsion_delta, normalize_proxies)
 
-    def dense(x, y, proxies, normalize_proxies=True):
-        return dense_energies(x, y, proxies, delta, alpha, repulsion_delta, normalize_proxies)
-
-    return build, naive, dense
+    return build, naive
 
 
 PFML_CASES = {
@@ -134,7 +140,37 @@ CPML_CASES = {
     "delta0.8": _case("ContrastivePotentialLoss", 0.8),
     "delta0.6_rdelta1.2": _case("ContrastivePotentialLoss", 0.6, None, 1.2),
 }
-ALL_CASES = {
-    **{f"PFML_{k}": v for k, v in PFML_CASES.items()},
-    **{f"CPML_{k}": v for k, v in CPML_CASES.items()},
-}
+
+
+def random_inputs(batch_size, num_classes, M, dtype, g, normalized=False, proxy_scale=1.0):
+    x = make_embeddings(batch_size, torch.float64, g, normalized)
+    proxies = torch.randn(num_classes, M, EMBEDDING_SIZE, generator=g, dtype=torch.float64) * proxy_scale
+    return x.to(dtype), proxies.to(dtype)
+
+
+def check_against_naive(loss_fn, naive, x, labels, proxies, dtype, normalize_proxies=True):
+    """Our loss (default SumReducer) == sum of the naive per-point energies,
+    and the gradients w.r.t. embeddings and proxies agree."""
+    x = x.clone().requires_grad_()
+    with torch.no_grad():
+        loss_fn.proxies.copy_(proxies)
+    loss = loss_fn(x, torch.tensor(labels))
+    assert loss.dtype == dtype and loss_fn.proxies.dtype == dtype
+    grad_x, grad_p = gradients(loss, [x, loss_fn.proxies])
+
+    x64 = x.detach().double().requires_grad_()
+    p64 = proxies.detach().double().requires_grad_()
+    expected = sum(naive(x64, labels, p64, normalize_proxies))
+    expected_grad_x, expected_grad_p = gradients(expected, [x64, p64])
+    assert_close(loss, expected, dtype)
+    assert_close(grad_x, expected_grad_x, dtype)
+    assert_close(grad_p, expected_grad_p, dtype)
+
+
+def check_cases_match_naive(cases, case, pattern, dtype, normalized):
+    g = generator_for(case, pattern, dtype, normalized)
+    build, naive = cases[case]
+    labels = make_labels(pattern, g)
+    x, proxies = random_inputs(len(labels), NUM_CLASSES, 2, dtype, g, normalized)
+    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, 2).to(dtype)
+    check_against_naive(loss_fn, naive, x, labels, proxies, dtype)

@@ -10,8 +10,15 @@ LOSSES = {
     "MeanFieldContrastive": lambda: losses.MeanFieldContrastiveLoss(C, D),
     "ClassWiseMultiSimilarity": lambda: losses.ClassWiseMultiSimilarityLoss(),
     "MeanFieldClassWiseMultiSimilarity": lambda: losses.MeanFieldClassWiseMultiSimilarityLoss(C, D),
+    "PotentialField": lambda: losses.PotentialFieldLoss(C, D),
+    "ContrastivePotential": lambda: losses.ContrastivePotentialLoss(C, D),
 }
-NEEDS_NUM_CLASSES = {"MeanFieldContrastive", "MeanFieldClassWiseMultiSimilarity"}
+NEEDS_NUM_CLASSES = {
+    "MeanFieldContrastive",
+    "MeanFieldClassWiseMultiSimilarity",
+    "PotentialField",
+    "ContrastivePotential",
+}
 
 x = torch.randn(3, D)
 y = torch.tensor([0, 1, 1])

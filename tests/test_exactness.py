@@ -1,27 +1,21 @@
 """Vectorised losses against the naive loop references, value and gradients."""
 
-import zlib
-
 import pytest
 import torch
 
 from .helpers import (
     CWMS_CASES,
+    DTYPES,
     EMBEDDING_SIZE,
     LABEL_PATTERNS,
     MF_CASES,
     NUM_CLASSES,
     assert_close,
+    generator_for,
     gradients,
     make_embeddings,
     make_labels,
 )
-
-DTYPES = [torch.float32, torch.float64]
-
-
-def generator_for(*key):
-    return torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
 
 
 def random_mean_fields(loss_fn, generator):

@@ -13,9 +13,8 @@ from pml_fieldlosses.losses import MeanFieldContrastiveLoss
 from pml_fieldlosses.losses.relational_loss import RelationalLoss
 from pml_fieldlosses.models import RelationalEmbedder
 
-from .helpers import assert_close
+from .helpers import DTYPES, assert_close
 
-DTYPES = [torch.float32, torch.float64]
 IN_FEATURES, EMBEDDING_SIZE, K, NUM_CLASSES = 12, 9, 3, 4
 LABELS = [0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 3, 0, 1]
 
