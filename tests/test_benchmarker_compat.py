@@ -3,18 +3,14 @@ after, and (where the old behaviour can still be produced) the unshimmed PML 2 /
 record-keeper / pb code fails in the way the shim exists for."""
 
 import datetime
-import importlib.util
 import sqlite3
 from contextlib import closing
 
 import pytest
 
-MISSING = [m for m in ("powerful_benchmarker", "torchvision") if importlib.util.find_spec(m) is None]
-pytestmark = pytest.mark.skipif(
-    bool(MISSING),
-    reason=f"the pb integration needs {', '.join(MISSING)} (not installed): pip install 'pml-fieldlosses[pb]' "
-    "and pip install --no-deps powerful-benchmarker==0.9.33, see docs/benchmarker.md",
-)
+from .pb_support import pb_skip
+
+MISSING, pytestmark = pb_skip("powerful_benchmarker", "torchvision")
 if not MISSING:
     import torch
     from powerful_benchmarker import factories as pb_factories

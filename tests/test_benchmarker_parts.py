@@ -9,12 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-MISSING = [m for m in ("powerful_benchmarker", "torchvision") if importlib.util.find_spec(m) is None]
-pytestmark = pytest.mark.skipif(
-    bool(MISSING),
-    reason=f"the pb integration needs {', '.join(MISSING)} (not installed): pip install 'pml-fieldlosses[pb]' "
-    "and pip install --no-deps powerful-benchmarker==0.9.33, see docs/benchmarker.md",
-)
+from .pb_support import pb_skip
+
+MISSING, pytestmark = pb_skip("powerful_benchmarker", "torchvision")
 if not MISSING:
     import scipy.stats
     import torch

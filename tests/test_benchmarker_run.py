@@ -4,7 +4,6 @@ class-disjoint folds of 2 short epochs, a loss with learnable parameters; killed
 the first fold and resumed; then --evaluate and --evaluate_ensemble on the test split;
 Bayesian optimisation with a resumed second trial; the DRML head."""
 
-import importlib.util
 import os
 import signal
 import sqlite3
@@ -15,12 +14,9 @@ from contextlib import closing
 
 import pytest
 
-MISSING = [m for m in ("powerful_benchmarker", "torchvision", "ax") if importlib.util.find_spec(m) is None]
-pytestmark = pytest.mark.skipif(
-    bool(MISSING),
-    reason=f"the pb integration needs {', '.join(MISSING)} (not installed): pip install 'pml-fieldlosses[pb]' "
-    "and pip install --no-deps powerful-benchmarker==0.9.33, see docs/benchmarker.md",
-)
+from .pb_support import pb_skip
+
+MISSING, pytestmark = pb_skip("powerful_benchmarker", "torchvision", "ax")
 if not MISSING:
     import yaml
 
