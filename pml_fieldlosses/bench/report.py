@@ -5,7 +5,8 @@ import math
 
 import numpy as np
 
-from .metrics import METRICS, PRIMARY, mean_ci
+from ..utils.stats import mean_ci
+from .metrics import METRICS, PRIMARY
 from .registry import get_entry
 from .runs import UNTRAINED
 

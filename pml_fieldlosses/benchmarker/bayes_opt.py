@@ -31,7 +31,6 @@ import shutil
 
 import numpy as np
 import plotly.io
-import scipy.stats
 from ax.analysis.plotly.parallel_coordinates import ParallelCoordinatesPlot
 from ax.analysis.plotly.plotly_analysis import PlotlyAnalysisCard
 from ax.analysis.plotly.top_surfaces import TopSurfacesAnalysis
@@ -45,6 +44,7 @@ from powerful_benchmarker.utils import common_functions as pb_c_f
 from powerful_benchmarker.utils import constants as const
 from record_keeper.db_utils import DBManager
 
+from ..utils.stats import mean_ci
 from .compat import get_legacy_record_keeper
 
 logger = logging.getLogger(__name__)
@@ -127,16 +127,11 @@ def plain(value):
 def confidence_interval(values):
     """mean and 95 % t-interval of a list of numbers (NaN for a single number, the mean
     itself for equal numbers)."""
-    mean = float(np.mean(values))
-    sem = float(scipy.stats.sem(values)) if len(values) > 1 else float("nan")
-    if sem == 0:
-        low = high = mean
-    else:
-        low, high = scipy.stats.t.interval(0.95, len(values) - 1, loc=mean, scale=sem)
+    mean, half_width = mean_ci(values)
     return {
         "mean": mean,
-        "95%_confidence_interval": [float(low), float(high)],
-        "95%_confidence_interval_width": float(mean - low),
+        "95%_confidence_interval": [mean - half_width, mean + half_width],
+        "95%_confidence_interval_width": half_width,
     }
 
 

@@ -1,7 +1,5 @@
 """Makes a pb runner find our losses, models, datasets and trunks by name."""
 
-import importlib
-
 import torch
 from powerful_benchmarker import factories as pb_factories
 from powerful_benchmarker.utils import common_functions as pb_c_f
@@ -46,34 +44,18 @@ class ModelFactory(pb_factories.ModelFactory):
         return super().create_embedder({name: params}, input_size, output_size)
 
 
-def optional_attribute(module_name, name):
-    """``module_name.name`` if that module imports and has it (other helpers' modules may
-    not exist yet in a checkout), else None."""
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        return None
-    return getattr(module, name, None)
-
-
 def field_classes():
-    """kind -> our classes that pb should find by name."""
-    found = {
-        "loss": [losses, optional_attribute("pml_fieldlosses.losses.relational_loss", "RelationalLoss")],
-        "model": [
-            synthetic.TinyConvNet,
-            optional_attribute("pml_fieldlosses.benchmarker.trunks", "SmallConvNet"),
-            optional_attribute("pml_fieldlosses.benchmarker.trunks", "EfficientNetLite0"),
-            optional_attribute("pml_fieldlosses.models", "RelationalEmbedder"),
-        ],
-        "dataset": [
-            synthetic.SyntheticImages,
-            optional_attribute("pml_fieldlosses.benchmarker.datasets", "Emoji"),
-            optional_attribute("pml_fieldlosses.benchmarker.datasets", "ClassFolders"),
-        ],
+    """kind -> our classes that pb should find by name (the losses module holds PML's
+    losses and ours, RelationalLoss included)."""
+    from ..models import RelationalEmbedder
+    from . import datasets, trunks
+
+    return {
+        "loss": [losses],
+        "model": [synthetic.TinyConvNet, trunks.SmallConvNet, trunks.EfficientNetLite0, RelationalEmbedder],
+        "dataset": [synthetic.SyntheticImages, datasets.Emoji, datasets.ClassFolders],
         "factory": [ModelFactory],
     }
-    return {kind: [c for c in classes if c is not None] for kind, classes in found.items()}
 
 
 def register(runner):
