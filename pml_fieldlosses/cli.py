@@ -8,6 +8,7 @@ pml-fieldlosses select                    # choose each loss's margin on the val
 """
 
 import argparse
+import dataclasses
 import sys
 
 from . import backbones
@@ -26,7 +27,6 @@ def bench_parser(subparsers):
     p.add_argument(
         "--label-noise",
         type=float,
-        default=0.0,
         metavar="FRACTION",
         help="change exactly this fraction of the training labels to another class "
         "(validation and test labels stay clean)",
@@ -48,7 +48,7 @@ def select_parser(subparsers):
         "evaluated. Prints the table and the SELECTED dict of pml_fieldlosses/bench/registry.py.",
     )
     add_shared_options(p)
-    p.set_defaults(func=run_select_command, seeds=None, label_noise=0.0, quick=False)
+    p.set_defaults(func=run_select_command)
     return p
 
 
@@ -57,37 +57,28 @@ def add_shared_options(p):
 
     p.add_argument(
         "--losses",
-        default=",".join(LOSSES),
         help=f"comma-separated losses (default: all available: {','.join(LOSSES)}); "
         "NAME[key=value] sets a loss's tuned hyperparameter, e.g. PFML[delta=0.3]",
     )
     p.add_argument(
         "--epochs", type=int, help="maximum epochs per run, with early stopping (default 60; --quick: 12)"
     )
-    p.add_argument("--embedding-size", type=int, default=128, help="embedding dimension (default 128)")
+    p.add_argument("--embedding-size", type=int, help="embedding dimension (default 128)")
     p.add_argument(
         "--backbone",
-        default="efficientnet-lite0",
         choices=sorted(backbones.BACKBONES),
         help="efficientnet-lite0: frozen ImageNet trunk, cached features (default, fast on CPU); "
         "efficientnet-lite0-finetune: fine-tune it (GPU); convnet: small convnet from scratch",
     )
-    p.add_argument("--image-size", type=int, default=64, help="image side in pixels (default 64)")
-    p.add_argument(
-        "--data", default="emoji", help="'emoji' (default) or a folder with one sub-folder per class"
-    )
-    p.add_argument(
-        "--device", default="cpu", help="torch device for training, e.g. cpu or cuda (default cpu)"
-    )
+    p.add_argument("--image-size", type=int, help="image side in pixels (default 64)")
+    p.add_argument("--data", help="'emoji' (default) or a folder with one sub-folder per class")
+    p.add_argument("--device", help="torch device for training, e.g. cpu or cuda (default cpu)")
     p.add_argument(
         "--workers",
         type=int,
-        default=0,
         help="runs trained side by side, each single-threaded (default: one per CPU core; 1 on a GPU)",
     )
-    p.add_argument(
-        "--out", default="bench_out", help="output folder (default ./bench_out); reruns resume there"
-    )
+    p.add_argument("--out", help="output folder (default ./bench_out); reruns resume there")
     p.add_argument(
         "--cache",
         help="cache folder for data and features (default: $PML_FIELDLOSSES_CACHE or the user cache)",
@@ -95,26 +86,15 @@ def add_shared_options(p):
 
 
 def config_from_args(args):
+    """The BenchConfig of the options given; the others keep BenchConfig's defaults
+    (the options default to None)."""
     from .bench import BenchConfig, quick_config
 
-    losses = tuple(name.strip() for name in args.losses.split(",") if name.strip())
-    settings = dict(
-        losses=losses,
-        embedding_size=args.embedding_size,
-        backbone=args.backbone,
-        image_size=args.image_size,
-        data=args.data,
-        label_noise=args.label_noise,
-        device=args.device,
-        workers=args.workers,
-        out=args.out,
-        cache=args.cache,
-    )
-    if args.seeds is not None:
-        settings["seeds"] = args.seeds
-    if args.epochs is not None:
-        settings["epochs"] = args.epochs
-    return quick_config(**settings) if args.quick else BenchConfig(**settings)
+    fields = {f.name for f in dataclasses.fields(BenchConfig)} - {"quick"}
+    settings = {k: v for k, v in vars(args).items() if k in fields and v is not None}
+    if args.losses is not None:
+        settings["losses"] = tuple(name.strip() for name in args.losses.split(",") if name.strip())
+    return quick_config(**settings) if getattr(args, "quick", False) else BenchConfig(**settings)
 
 
 def run_bench_command(args):

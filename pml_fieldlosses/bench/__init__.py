@@ -12,10 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import backbones
 from ..datasets import load_emoji, load_image_folder
 from ..datasets.emoji import LICENSES
-from . import plots, report
+from . import report
 from .features import prepare_inputs
 from .metrics import PRIMARY
 from .protocol import BenchConfig, make_split, quick_config
@@ -34,15 +33,9 @@ def load_data(config):
 def check_config(config, in_features, num_classes):
     """Build every requested loss once, so that a bad combination fails now and
     not after an hour of other runs."""
-    import torch
-
-    if config.backbone not in backbones.BACKBONES:
-        raise ValueError(f"unknown backbone {config.backbone!r}; choose from {sorted(backbones.BACKBONES)}")
     for name in config.losses:
         entry = get_entry(name)
-        embedder = (
-            entry.embedder(in_features, config.embedding_size) if entry.embedder else torch.nn.Identity()
-        )
+        embedder = entry.make_embedder(in_features, config.embedding_size)
         try:
             entry.build(num_classes, config.embedding_size, embedder)
         except (ValueError, TypeError) as e:
@@ -53,8 +46,6 @@ def run_bench(config, file=None):
     """Run the benchmark of ``config``; print and write the report. Returns the table rows."""
     file = file or sys.stderr
     start = time.perf_counter()
-    for name in config.losses:
-        get_entry(name)
     out_dir = Path(config.out) / config.folder_name()
     print(f"pml-fieldlosses bench -> {out_dir}", file=file)
     dataset, split, inputs, data_seconds = prepare(config, out_dir, file)
@@ -110,6 +101,8 @@ def prepare(config, out_dir, file, selection=False):
 
 def make_plots(results, rows, dataset, inputs, config, out_dir):
     """Draw the figures; returns [(title, file name)] of those made."""
+    from . import plots  # matplotlib (and its Agg backend) only when there is something to draw
+
     made = []
     plots.learning_curves(results, out_dir / "learning_curves.png")
     made.append(("Learning curves (validation MAP@R)", "learning_curves.png"))

@@ -124,14 +124,15 @@ def view_generator(view, chunk_start):
 _SHARED = {}
 
 
+def chunk_features(trunk, images, rows_by_view, view, start, device):
+    """Features of the CHUNK images of ``view`` from ``start``."""
+    rows = rows_by_view[view][start : start + CHUNK]
+    return extract_features(trunk, images[rows], device, generator=view_generator(view, start)).numpy()
+
+
 def _chunk_features(job):
-    view, start = job
     torch.set_num_threads(1)
-    rows = _SHARED["rows"][view][start : start + CHUNK]
-    features = extract_features(
-        _SHARED["trunk"], _SHARED["images"][rows], torch.device("cpu"), generator=view_generator(view, start)
-    )
-    return features.numpy()
+    return chunk_features(_SHARED["trunk"], _SHARED["images"], _SHARED["rows"], *job, torch.device("cpu"))
 
 
 def compute_views(trunk, images, rows_by_view, device, workers, file=None):
@@ -145,12 +146,8 @@ def compute_views(trunk, images, rows_by_view, device, workers, file=None):
     with tqdm.tqdm(total=total, desc="frozen features", unit="img", file=file, smoothing=0.1) as bar:
         if workers <= 1 or device.type != "cpu":
             for view, start in jobs:
-                rows = rows_by_view[view][start : start + CHUNK]
-                features = extract_features(
-                    trunk, images[rows], device, generator=view_generator(view, start)
-                )
-                done[(view, start)] = features.numpy()
-                bar.update(len(rows))
+                done[(view, start)] = chunk_features(trunk, images, rows_by_view, view, start, device)
+                bar.update(len(done[(view, start)]))
         else:
             tqdm.tqdm.monitor_interval = 0  # no monitor thread: nothing threaded to fork
             _SHARED.update(trunk=trunk.eval(), images=images, rows=rows_by_view)

@@ -11,7 +11,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .registry import default_losses, hyperparameters
+from .. import backbones
+from .registry import default_losses, get_entry, hyperparameters
 
 # bump when a change of the code changes the results of the same settings
 PROTOCOL_VERSION = 2
@@ -73,6 +74,10 @@ class BenchConfig:
             raise ValueError(f"grad_clip must be >= 0 (0: no clipping), got {self.grad_clip}")
         if self.batch_size % self.m_per_class:
             raise ValueError("batch_size must be a multiple of m_per_class")
+        if self.backbone not in backbones.BACKBONES:
+            raise ValueError(f"unknown backbone {self.backbone!r}; choose from {sorted(backbones.BACKBONES)}")
+        for name in self.losses:
+            get_entry(name)  # an unknown name fails now, not after the data is built
 
     def protocol(self, selected=True):
         """The settings that define the results; with the losses' selected

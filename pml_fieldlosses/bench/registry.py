@@ -75,6 +75,9 @@ class LossEntry:
     def build(self, num_classes, embedding_size, embedder):
         return self.make(num_classes, embedding_size, embedder, **{self.tuned: self.value})
 
+    def make_embedder(self, in_features, embedding_size):
+        return (self.embedder or linear_embedder)(in_features, embedding_size)
+
     @property
     def default(self):
         return self.grid[0]
@@ -82,9 +85,12 @@ class LossEntry:
     def with_value(self, value):
         return dataclasses.replace(self, value=value)
 
+    def variant(self, value):
+        """The name of this loss with its tuned hyperparameter set, e.g. PFML[delta=0.1]."""
+        return f"{self.name}[{self.tuned}={value:g}]"
+
     def candidates(self):
-        """The names of this loss with each candidate value, e.g. PFML[delta=0.1]."""
-        return [f"{self.name}[{self.tuned}={v:g}]" for v in self.grid]
+        return [self.variant(v) for v in self.grid]
 
 
 def _entries():

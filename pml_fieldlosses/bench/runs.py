@@ -20,7 +20,7 @@ from pytorch_metric_learning.utils import logging_presets
 
 from . import metrics
 from .protocol import number_of_workers, training_labels
-from .registry import get_entry, linear_embedder
+from .registry import get_entry
 
 UNTRAINED = "(no training)"
 MODEL_KEYS = ("trunk", "embedder", "metric_loss")
@@ -123,7 +123,7 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, file=No
     batch_size = min(config.batch_size, config.m_per_class * C)
 
     trunk = inputs.make_trunk().to(device)
-    embedder = (entry.embedder(F, D) if entry.embedder else linear_embedder(F, D)).to(device)
+    embedder = entry.make_embedder(F, D).to(device)
     loss = entry.build(C, D, embedder).to(device)
     miner = entry.miner() if entry.miner else None
     # an AdamW, a StepLR and a gradient clipper for each trained part, under PML's key names

@@ -76,7 +76,7 @@ def run_selection(config, file=None):
     print(markdown(table), file=file)
     best = chosen(table)
     print(f"\nSELECTED = {best!r}", file=file)
-    variants = ",".join(f"{name}[{get_entry(name).tuned}={value:g}]" for name, value in best.items())
+    variants = ",".join(get_entry(name).variant(value) for name, value in best.items())
     print(f"for the bench on this data: pml-fieldlosses bench --losses '{variants}'", file=file)
     print(f"wall time: {time.perf_counter() - start:.0f} s", file=file)
     return table

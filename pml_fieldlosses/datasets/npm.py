@@ -30,21 +30,22 @@ class IntegrityError(ValueError):
     """A downloaded or unpacked file does not have the expected checksum."""
 
 
-def sha512_integrity(path):
-    """The npm-style Subresource Integrity string of a file: "sha512-<base64 digest>"."""
-    digest = hashlib.sha512()
+def file_digest(path, algorithm):
+    """hashlib's ``algorithm`` digest of a file, read in blocks of 1 MiB."""
+    digest = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
-    return "sha512-" + base64.b64encode(digest.digest()).decode("ascii")
+    return digest
+
+
+def sha512_integrity(path):
+    """The npm-style Subresource Integrity string of a file: "sha512-<base64 digest>"."""
+    return "sha512-" + base64.b64encode(file_digest(path, "sha512").digest()).decode("ascii")
 
 
 def sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_digest(path, "sha256").hexdigest()
 
 
 def find_npm(npm="npm"):
