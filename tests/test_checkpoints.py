@@ -4,13 +4,12 @@ import io
 
 import pytest
 import torch
-from pytorch_metric_learning import testers, trainers
+from pytorch_metric_learning import trainers
 from pytorch_metric_learning.utils import logging_presets
-from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
 from pml_fieldlosses import losses
 
-from .toy_data import make_models, make_toy_datasets
+from .toy_data import make_models, make_tester, make_toy_datasets
 
 C, D = 16, 16
 PARAMETRIC_LOSSES = {
@@ -58,12 +57,7 @@ def train(loss_name, folder, num_epochs, resume=False):
     }
     record_keeper, _, _ = logging_presets.get_record_keeper(str(folder / "logs"), str(folder / "tensorboard"))
     hooks = logging_presets.get_hook_container(record_keeper)
-    tester = testers.GlobalEmbeddingSpaceTester(
-        accuracy_calculator=AccuracyCalculator(include=("mean_average_precision_at_r",), k="max_bin_count"),
-        end_of_testing_hook=hooks.end_of_testing_hook,
-        dataloader_num_workers=0,
-        data_device=torch.device("cpu"),
-    )
+    tester = make_tester(end_of_testing_hook=hooks.end_of_testing_hook)
     save_and_test = hooks.end_of_epoch_hook(tester, {"val": test_set}, str(folder / "models"))
 
     def end_of_epoch(trainer):

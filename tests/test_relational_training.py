@@ -5,14 +5,15 @@ import logging
 import pytest
 import torch
 from pytorch_metric_learning import losses as pml_losses
-from pytorch_metric_learning import miners, testers, trainers
+from pytorch_metric_learning import miners, trainers
 from pytorch_metric_learning.utils import common_functions as c_f
 from pytorch_metric_learning.utils import logging_presets
-from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
 from pml_fieldlosses.losses import MeanFieldContrastiveLoss
 from pml_fieldlosses.losses.relational_loss import RelationalLoss
 from pml_fieldlosses.models import RelationalEmbedder
+
+from .toy_data import make_tester
 
 NUM_CLASSES, INPUT_SIZE, SIGNAL_SIZE = 8, 16, 4
 FEATURES, EMBEDDING_SIZE, NUM_BRANCHES = 64, 32, 4
@@ -60,15 +61,6 @@ def make_optimizers(models, loss_funcs):
         if list(loss.parameters()):
             optimizers[f"{name}_optimizer"] = torch.optim.Adam(loss.parameters(), lr=1e-2)
     return optimizers
-
-
-def make_tester(**kwargs):
-    return testers.GlobalEmbeddingSpaceTester(
-        dataloader_num_workers=0,
-        data_device=CPU,
-        accuracy_calculator=AccuracyCalculator(k="max_bin_count", include=("mean_average_precision_at_r",)),
-        **kwargs,
-    )
 
 
 def map_at_r(models):
@@ -124,11 +116,7 @@ def test_train_with_classifier():
     models["classifier"] = torch.nn.Linear(EMBEDDING_SIZE, NUM_CLASSES)
     classifier_before = models["classifier"].weight.detach().clone()
     loss_funcs = {
-        "metric_loss": RelationalLoss(
-            models["embedder"],
-            pml_losses.ProxyAnchorLoss(NUM_CLASSES, EMBEDDING_SIZE),
-            lambda: pml_losses.ProxyAnchorLoss(NUM_CLASSES, BRANCH_SIZE),
-        ),
+        "metric_loss": RelationalLoss(models["embedder"], **loss_funcs_kwargs()),
         "classifier_loss": torch.nn.CrossEntropyLoss(),
     }
     trainer = trainers.TrainWithClassifier(

@@ -3,13 +3,12 @@
 import numpy as np
 import pytest
 import torch
-from pytorch_metric_learning import samplers, testers, trainers
+from pytorch_metric_learning import samplers, trainers
 from pytorch_metric_learning.utils import common_functions as c_f
-from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
 from pml_fieldlosses import losses
 
-from .toy_data import make_models, make_toy_datasets
+from .toy_data import make_models, make_tester, make_toy_datasets
 
 NUM_CLASSES, EMBEDDING_SIZE = 16, 16
 CPU = torch.device("cpu")
@@ -17,12 +16,7 @@ LR = 3e-3
 
 
 def map_at_r(dataset, trunk, embedder):
-    tester = testers.GlobalEmbeddingSpaceTester(
-        accuracy_calculator=AccuracyCalculator(include=("mean_average_precision_at_r",), k="max_bin_count"),
-        dataloader_num_workers=0,
-        data_device=CPU,
-    )
-    accuracies = tester.test({"test": dataset}, 0, trunk, embedder)
+    accuracies = make_tester().test({"test": dataset}, 0, trunk, embedder)
     return accuracies["test"]["mean_average_precision_at_r_level0"]
 
 

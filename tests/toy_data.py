@@ -3,6 +3,8 @@ in a few directions of a nonlinear feature map, buried in nuisance noise, so
 an untrained network retrieves poorly and a trained one well."""
 
 import torch
+from pytorch_metric_learning import testers
+from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
 
 def make_toy_datasets(num_classes=16, train_per_class=24, test_per_class=12, in_dim=32, seed=0):
@@ -25,3 +27,13 @@ def make_models(in_dim=32, embedding_size=16, seed=0):
     trunk = torch.nn.Sequential(torch.nn.Linear(in_dim, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
     embedder = torch.nn.Linear(64, embedding_size)
     return trunk, embedder
+
+
+def make_tester(**kwargs):
+    """PML's GlobalEmbeddingSpaceTester computing MAP@R on the CPU."""
+    return testers.GlobalEmbeddingSpaceTester(
+        dataloader_num_workers=0,
+        data_device=torch.device("cpu"),
+        accuracy_calculator=AccuracyCalculator(k="max_bin_count", include=("mean_average_precision_at_r",)),
+        **kwargs,
+    )
