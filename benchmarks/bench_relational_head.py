@@ -27,18 +27,10 @@ import time
 import torch
 from pytorch_metric_learning import losses
 
+from bench_losses import make_inputs, synchronize  # this folder's loss benchmark (on sys.path as a script)
+
 from pml_fieldlosses.losses.relational_loss import RelationalLoss
 from pml_fieldlosses.models import RelationalEmbedder
-
-
-def make_inputs(batch_size, num_classes, in_features, device, seed=0):
-    """Trunk features and labels with 4 samples per class (as an MPerClassSampler)."""
-    g = torch.Generator().manual_seed(seed)
-    classes = torch.randperm(num_classes, generator=g)[: max(1, batch_size // 4)]
-    labels = classes.repeat_interleave(4)[:batch_size]
-    labels = torch.cat([labels, classes[: batch_size - len(labels)]])
-    features = torch.randn(batch_size, in_features, generator=g)
-    return features.to(device).requires_grad_(), labels.to(device)
 
 
 def build(args):
@@ -82,11 +74,6 @@ def eval_forward(embedder):
             embedder(features)
 
     return step
-
-
-def synchronize(device):
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def main():
