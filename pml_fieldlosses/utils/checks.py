@@ -1,6 +1,13 @@
 """Input checks shared by the losses: clear errors instead of NaN or torch internals."""
 
+import math
+import numbers
+
 import torch
+
+# The smallest dtype our losses compute in (float16/bfloat16 inputs are upcast
+# to it): bounds on hyperparameters are stated for it.
+COMPUTE_DTYPE_MAX = torch.finfo(torch.float32).max
 
 
 def check_embeddings(embeddings, embedding_size=None, name="embeddings"):
@@ -22,6 +29,18 @@ def check_embeddings(embeddings, embedding_size=None, name="embeddings"):
         raise ValueError(f"{name} contain NaN or inf values")
 
 
+def check_same_kind(ref_emb, embeddings, name="ref_emb", emb_name="embeddings"):
+    """ref_emb must have the dtype and device of embeddings (torch would fail
+    deep inside a matmul otherwise)."""
+    if ref_emb.dtype != embeddings.dtype:
+        raise TypeError(
+            f"{name} has dtype {ref_emb.dtype} but {emb_name} has dtype {embeddings.dtype}; "
+            f"cast one of them (e.g. {name}.to({emb_name}.dtype))"
+        )
+    if ref_emb.device != embeddings.device:
+        raise ValueError(f"{name} is on {ref_emb.device} but {emb_name} is on {embeddings.device}")
+
+
 def check_labels(labels, embeddings, num_classes=None, name="labels", emb_name="embeddings"):
     if labels is None:
         raise ValueError(f"{name} are required for this loss function")
@@ -41,6 +60,15 @@ def check_labels(labels, embeddings, num_classes=None, name="labels", emb_name="
         raise ValueError(f"{name} must be in [0, num_classes={num_classes}), got max {int(labels.max())}")
 
 
+def as_index_labels(labels, embeddings):
+    """Integer labels of any integer dtype (int8/16/32, uint8, ...) as int64 on
+    the embeddings' device, the form torch's indexing, scatter and gather need.
+    Call after check_labels; None stays None."""
+    if labels is None:
+        return None
+    return labels.to(device=embeddings.device, dtype=torch.long)
+
+
 def ref_not_supported(loss, embeddings, labels, ref_emb, ref_labels):
     if ref_emb is not embeddings or ref_labels is not labels:
         raise ValueError(
@@ -49,16 +77,48 @@ def ref_not_supported(loss, embeddings, labels, ref_emb, ref_labels):
         )
 
 
+def check_finite_number(name, value, low=None, high=None, low_open=False, high_open=False):
+    """value must be a real, finite number (a Python or numpy number, not bool,
+    not a tensor) in [low, high] (an end is excluded when *_open; None = no
+    bound). Returns value as float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    if low is not None and (value < low or (low_open and value == low)):
+        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low:g}, got {value:g}")
+    if high is not None and (value > high or (high_open and value == high)):
+        raise ValueError(f"{name} must be {'<' if high_open else '<='} {high:g}, got {value:g}")
+    return value
+
+
 def check_positive(name, value):
-    if not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
+    """Finite and > 0."""
+    check_finite_number(name, value, low=0, low_open=True)
 
 
 def check_non_negative(name, value):
-    if not value >= 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
+    """Finite and >= 0."""
+    check_finite_number(name, value, low=0)
 
 
 def check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_fits_float32(description, bound):
+    """The loss computes an intermediate whose largest possible magnitude,
+    given its hyperparameters, is `bound` (a Python float, or a callable
+    returning one, so that math.pow overflow is caught here). Refuse when it
+    exceeds float32's range, the smallest dtype the losses compute in."""
+    try:
+        bound = bound() if callable(bound) else bound
+    except (OverflowError, ZeroDivisionError):
+        bound = math.inf
+    if not bound <= COMPUTE_DTYPE_MAX:
+        raise ValueError(
+            f"{description} can reach {bound:g}, beyond the float32 range ({COMPUTE_DTYPE_MAX:g}) "
+            "the loss computes in: choose smaller or less extreme hyperparameters"
+        )
