@@ -1,3 +1,4 @@
+import os
 import zlib
 
 import torch
@@ -6,7 +7,33 @@ from pml_fieldlosses import losses
 
 from . import naive
 
-TOLERANCES = {torch.float64: dict(rtol=1e-9, atol=1e-12), torch.float32: dict(rtol=1e-4, atol=1e-6)}
+# float64 all the way: 1e-12 relative (atol is relative to the largest
+# expected entry, see assert_close); float16 as PML's own tests (rtol 1e-2).
+TOLERANCES = {
+    torch.float64: dict(rtol=1e-12, atol=1e-15),
+    torch.float32: dict(rtol=1e-4, atol=1e-6),
+    torch.float16: dict(rtol=1e-2, atol=1e-3),
+    torch.bfloat16: dict(rtol=5e-2, atol=1e-2),
+}
+
+
+def dtypes_from_env(variable="TEST_DTYPES", default="float32,float64"):
+    """Dtypes named in $TEST_DTYPES (comma-separated, as PML's tests read it)."""
+    dtypes = []
+    for name in os.environ.get(variable, default).split(","):
+        dtype = getattr(torch, name.strip(), None)
+        if not isinstance(dtype, torch.dtype) or dtype not in TOLERANCES:
+            raise ValueError(f"{variable}: unknown dtype {name.strip()!r}; use some of {sorted(map(str, TOLERANCES))}")
+        dtypes.append(dtype)
+    return dtypes
+
+
+# The exactness and behaviour tests run in these dtypes on this device:
+# TEST_DTYPES=float16,float32,float64 TEST_DEVICE=cuda runs them on a GPU.
+DTYPES = dtypes_from_env()
+DEVICE = torch.device(os.environ.get("TEST_DEVICE", "cpu"))
+# float16/bfloat16 inputs are computed in float32 by our losses (CheckedForwardMixin)
+LOSS_DTYPE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 # label patterns over C = 9 classes; each is a list of labels for one batch
 LABEL_PATTERNS = {
@@ -17,7 +44,6 @@ LABEL_PATTERNS = {
     "single_sample": [3],
 }
 NUM_CLASSES, EMBEDDING_SIZE = 9, 6
-DTYPES = [torch.float32, torch.float64]
 
 
 def generator_for(*key):
@@ -32,17 +58,17 @@ def make_labels(pattern, generator):
     return labels
 
 
-def make_embeddings(batch_size, dtype, generator, normalized=False, scale=3.0):
+def make_embeddings(batch_size, dtype, generator, normalized=False, scale=3.0, device="cpu"):
     x = torch.randn(batch_size, EMBEDDING_SIZE, generator=generator, dtype=torch.float64) * scale
     if normalized:
         x = torch.nn.functional.normalize(x, dim=1)
-    return x.to(dtype)
+    return x.to(device=device, dtype=dtype)
 
 
 def assert_close(actual, expected, dtype):
     """Compare in float64; atol is relative to the largest expected entry."""
-    expected = expected.detach().to(torch.float64)
-    actual = actual.detach().to(torch.float64)
+    expected = expected.detach().cpu().to(torch.float64)
+    actual = actual.detach().cpu().to(torch.float64)
     tol = TOLERANCES[dtype]
     scale = max(expected.abs().max().item(), 1e-30)
     torch.testing.assert_close(actual, expected, rtol=tol["rtol"], atol=tol["atol"] + tol["rtol"] * scale)

@@ -54,7 +54,9 @@ class ClassWiseMultiSimilarityLoss(CheckedForwardMixin, BaseMetricLossFunction):
         if pairs is not None:
             values, groups, same = values[pairs], groups[pairs], same[pairs]
         counts = torch.bincount(groups.reshape(-1), minlength=K * K)
-        values = values - torch.log(counts[groups].to(values.dtype)) - math.log(2) * same
+        # P_u / 2: log 2 subtracted in the values' dtype (a bool mask times a
+        # Python float would round log 2 to float32)
+        values = values - torch.log(counts[groups].to(values.dtype)) - math.log(2) * same.to(values.dtype)
 
         terms = log1p_sum_exp(values.reshape(-1), groups.reshape(-1), K * K).view(K, K)
         query_rows = torch.unique(query_class)
