@@ -28,10 +28,9 @@ class BaseMeanFieldLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         checks.check_positive_int("num_classes", num_classes)
         checks.check_positive_int("embedding_size", embedding_size)
         checks.check_non_negative("mf_reg_weight", mf_reg_weight)
-        if not mf_reg_power >= 1:
-            # the regulariser's terms are 0 on most pairs, where x**p with p < 1
-            # has an infinite derivative
-            raise ValueError(f"mf_reg_power must be >= 1, got {mf_reg_power}")
+        # the regulariser's terms are 0 on most pairs, where x**p with p < 1
+        # has an infinite derivative
+        checks.check_finite_number("mf_reg_power", mf_reg_power, low=1)
         self.num_classes = num_classes
         self.embedding_size = embedding_size
         self.mf_reg_weight = mf_reg_weight

@@ -34,8 +34,7 @@ class ClassWiseMultiSimilarityLoss(CheckedForwardMixin, BaseMetricLossFunction):
     def __init__(self, alpha=0.01, beta=80, base=0.8, **kwargs):
         super().__init__(**kwargs)
         c_f.assert_distance_type(self, CosineSimilarity)
-        checks.check_positive("alpha", alpha)
-        checks.check_positive("beta", beta)
+        check_multi_similarity_hyperparameters(alpha, beta, base)
         self.alpha = alpha
         self.beta = beta
         self.base = base
@@ -84,3 +83,16 @@ class ClassWiseMultiSimilarityLoss(CheckedForwardMixin, BaseMetricLossFunction):
 
     def _sub_loss_names(self):
         return ["pos_loss", "neg_loss"]
+
+
+def check_multi_similarity_hyperparameters(alpha, beta, base):
+    """alpha, beta > 0 and base finite, and neither the exponents alpha (S -
+    base), beta (S - base) (|S| <= 1) nor the 1/alpha, 1/beta of the log terms
+    beyond float32's range (the exp/log sums are computed shifted, so they
+    cannot overflow by themselves)."""
+    checks.check_positive("alpha", alpha)
+    checks.check_positive("beta", beta)
+    checks.check_finite_number("base", base)
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        checks.check_fits_float32(f"{name} * (1 + |base|), the largest exponent,", value * (1 + abs(base)))
+        checks.check_fits_float32(f"log(2) / {name}, the scale of the log terms,", lambda: math.log(2) / value)

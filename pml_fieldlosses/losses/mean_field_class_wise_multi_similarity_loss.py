@@ -1,9 +1,12 @@
+import math
+
 import torch
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
 from ..utils import checks
 from ..utils.loss_utils import compact_labels, grouped_exp_sums, log1p_sum_exp
 from .base_mean_field_loss import BaseMeanFieldLoss
+from .class_wise_multi_similarity_loss import check_multi_similarity_hyperparameters
 
 
 # "Mean Field Theory in Deep Metric Learning" (Furusawa, ICLR 2024), Eq. 10;
@@ -44,8 +47,13 @@ class MeanFieldClassWiseMultiSimilarityLoss(BaseMeanFieldLoss):
     ):
         super().__init__(num_classes, embedding_size, mf_reg_weight, mf_reg_power, **kwargs)
         beta = alpha if beta is None else beta
-        checks.check_positive("alpha", alpha)
-        checks.check_positive("beta", beta)
+        check_multi_similarity_hyperparameters(alpha, beta, base)
+        # the regulariser's terms softplus_beta(G - base), G <= 1, are at most
+        # max(1 - base, 0) + log(2) / beta
+        checks.check_fits_float32(
+            "the mean-field regulariser, mf_reg_weight * num_classes * (1 - base + log(2) / beta) ** mf_reg_power,",
+            lambda: mf_reg_weight * num_classes * (max(1 - base, 0) + math.log(2) / beta) ** mf_reg_power,
+        )
         self.alpha = alpha
         self.beta = beta
         self.base = base

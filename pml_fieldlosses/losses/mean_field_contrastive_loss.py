@@ -2,6 +2,7 @@ import torch
 from pytorch_metric_learning.utils import common_functions as c_f
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
+from ..utils import checks
 from .base_mean_field_loss import BaseMeanFieldLoss
 
 
@@ -31,6 +32,16 @@ class MeanFieldContrastiveLoss(BaseMeanFieldLoss):
         **kwargs,
     ):
         super().__init__(num_classes, embedding_size, mf_reg_weight, mf_reg_power, **kwargs)
+        checks.check_finite_number("pos_margin", pos_margin)
+        checks.check_finite_number("neg_margin", neg_margin)
+        # cosine distances are in [0, 2]: [neg_margin - D]_+ <= max(neg_margin, 0)
+        checks.check_fits_float32(
+            "the negative sum over classes, num_classes * neg_margin,", num_classes * max(neg_margin, 0)
+        )
+        checks.check_fits_float32(
+            "the mean-field regulariser, mf_reg_weight * num_classes * neg_margin ** mf_reg_power,",
+            lambda: mf_reg_weight * num_classes * max(neg_margin, 0) ** mf_reg_power,
+        )
         self.pos_margin = pos_margin
         self.neg_margin = neg_margin
         self.add_to_recordable_attributes(list_of_names=["pos_margin", "neg_margin"], is_stat=False)

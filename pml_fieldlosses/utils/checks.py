@@ -21,6 +21,8 @@ def check_embeddings(embeddings, embedding_size=None, name="embeddings"):
         raise TypeError(f"{name} must be a floating point tensor, got dtype {embeddings.dtype}")
     if embeddings.shape[0] == 0:
         raise ValueError(f"{name} is empty (batch size 0): the loss needs at least one sample")
+    if embeddings.shape[1] == 0:
+        raise ValueError(f"{name} have dimension 0: the loss needs at least one embedding coordinate")
     if embedding_size is not None and embeddings.shape[1] != embedding_size:
         raise ValueError(
             f"{name} have dimension {embeddings.shape[1]}, but the loss was built with embedding_size={embedding_size}"
@@ -84,12 +86,16 @@ def check_finite_number(name, value, low=None, high=None, low_open=False, high_o
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
     value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value}")
-    if low is not None and (value < low or (low_open and value == low)):
-        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low:g}, got {value:g}")
-    if high is not None and (value > high or (high_open and value == high)):
-        raise ValueError(f"{name} must be {'<' if high_open else '<='} {high:g}, got {value:g}")
+    requirements = []
+    if low is not None:
+        requirements.append(f"{'>' if low_open else '>='} {low:g}")
+    if high is not None:
+        requirements.append(f"{'<' if high_open else '<='} {high:g}")
+    bad = not math.isfinite(value)
+    bad = bad or (low is not None and (value < low or (low_open and value == low)))
+    bad = bad or (high is not None and (value > high or (high_open and value == high)))
+    if bad:
+        raise ValueError(f"{name} must be {' and '.join(requirements + ['finite'])}, got {value:g}")
     return value
 
 
@@ -108,17 +114,23 @@ def check_positive_int(name, value):
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
+# check_fits_float32 keeps this factor of float32's range free for the sums
+# over samples, classes and pairs that follow the bounded intermediate
+HEADROOM = 1e8
+
+
 def check_fits_float32(description, bound):
     """The loss computes an intermediate whose largest possible magnitude,
     given its hyperparameters, is `bound` (a Python float, or a callable
-    returning one, so that math.pow overflow is caught here). Refuse when it
-    exceeds float32's range, the smallest dtype the losses compute in."""
+    returning one, so that an OverflowError of math.pow or ** is caught here).
+    Refuse when bound * HEADROOM exceeds float32's range, the smallest dtype
+    the losses compute in (float16/bfloat16 inputs are upcast to it)."""
     try:
-        bound = bound() if callable(bound) else bound
+        bound = float(bound() if callable(bound) else bound)
     except (OverflowError, ZeroDivisionError):
         bound = math.inf
-    if not bound <= COMPUTE_DTYPE_MAX:
+    if not bound * HEADROOM <= COMPUTE_DTYPE_MAX:
         raise ValueError(
-            f"{description} can reach {bound:g}, beyond the float32 range ({COMPUTE_DTYPE_MAX:g}) "
-            "the loss computes in: choose smaller or less extreme hyperparameters"
+            f"{description} can reach {bound:g}, too close to the float32 range ({COMPUTE_DTYPE_MAX:g}) "
+            f"the loss computes in (limit {COMPUTE_DTYPE_MAX / HEADROOM:g}): choose less extreme hyperparameters"
         )
