@@ -23,20 +23,18 @@ import time
 
 import torch
 
-from pml_fieldlosses import losses
+from pml_fieldlosses import catalog
 
-# name -> (builder(num_classes, embedding_size), label sampler: "mperclass" or "uniform")
+# name -> builder(num_classes, embedding_size): the losses of the one loss table
+# (pml_fieldlosses.catalog) at their published defaults, and a few variants
 LOSSES = {
-    "ProxyAnchor": lambda C, D: losses.ProxyAnchorLoss(C, D),
-    "MultiSimilarity": lambda C, D: losses.MultiSimilarityLoss(),
-    "MFCont": lambda C, D: losses.MeanFieldContrastiveLoss(C, D),
-    "MFCont+reg": lambda C, D: losses.MeanFieldContrastiveLoss(C, D, mf_reg_weight=1.0),
-    "CWMS": lambda C, D: losses.ClassWiseMultiSimilarityLoss(),
-    "MFCWMS": lambda C, D: losses.MeanFieldClassWiseMultiSimilarityLoss(C, D),
-    "MFCWMS+reg": lambda C, D: losses.MeanFieldClassWiseMultiSimilarityLoss(C, D, mf_reg_weight=1.0),
-    "PFML": lambda C, D: losses.PotentialFieldLoss(C, D),
-    "CPML": lambda C, D: losses.ContrastivePotentialLoss(C, D),
-    "PFML-M15": lambda C, D: losses.PotentialFieldLoss(C, D, proxies_per_class=15),
+    **{name: catalog.published(name) for name in ("ProxyAnchor", "MultiSimilarity", "MFCont", "CWMS")},
+    "MFCont+reg": catalog.published("MFCont", mf_reg_weight=1.0),
+    "MFCWMS": catalog.published("MFCWMS"),
+    "MFCWMS+reg": catalog.published("MFCWMS", mf_reg_weight=1.0),
+    "PFML": catalog.published("PFML"),
+    "CPML": catalog.published("CPML"),
+    "PFML-M15": catalog.published("PFML", proxies_per_class=15),
 }
 DEFAULT_LOSSES = ["ProxyAnchor", "MultiSimilarity", "MFCont", "CWMS", "MFCWMS", "PFML", "CPML"]
 BATCH_SIZES = [64, 180, 256, 1024]

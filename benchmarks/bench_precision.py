@@ -16,19 +16,15 @@ import statistics
 
 import torch
 
-from pml_fieldlosses import losses
+from pytorch_metric_learning import losses as pml_losses
+
+from pml_fieldlosses import catalog, losses
 from pml_fieldlosses.models import RelationalEmbedder
 
-LOSSES = {
-    "MeanFieldContrastive": lambda C, D: losses.MeanFieldContrastiveLoss(C, D, mf_reg_weight=0.1),
-    "ClassWiseMultiSimilarity": lambda C, D: losses.ClassWiseMultiSimilarityLoss(),
-    "MeanFieldClassWiseMultiSimilarity": lambda C, D: losses.MeanFieldClassWiseMultiSimilarityLoss(
-        C, D, mf_reg_weight=0.1
-    ),
-    "PotentialField": lambda C, D: losses.PotentialFieldLoss(C, D),
-    "ContrastivePotential": lambda C, D: losses.ContrastivePotentialLoss(C, D),
-    "ProxyAnchor (PML, for reference)": lambda C, D: losses.ProxyAnchorLoss(C, D),
-}
+
+
+# our losses as the tests build them (pml_fieldlosses.catalog), and PML's ProxyAnchor
+LOSSES = {**catalog.ours_by_class_name(mf_reg_weight=0.1), "ProxyAnchor (PML, for reference)": catalog.published("ProxyAnchor")}
 
 
 def relative(a, b):
@@ -46,7 +42,7 @@ def deviations(name, generator, device, dtype):
     if name == "DRML head + ProxyAnchor":
         embedder = RelationalEmbedder(32, D, num_branches=4).to(device)
         loss_func = losses.RelationalLoss(
-            embedder, losses.ProxyAnchorLoss(C, D), lambda: losses.ProxyAnchorLoss(C, embedder.branch_size)
+            embedder, pml_losses.ProxyAnchorLoss(C, D), lambda: pml_losses.ProxyAnchorLoss(C, embedder.branch_size)
         )
     else:
         embedder = torch.nn.Linear(32, D).to(device)

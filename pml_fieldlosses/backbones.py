@@ -14,6 +14,8 @@ All trunks take float images (N, 3, H, W) with values in [0, 255].
 
 import contextlib
 import io
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import torch
 
@@ -128,23 +130,55 @@ class Standardize(torch.nn.Module):
         return (features - self.mean) * self.scale
 
 
+@dataclass(frozen=True)
+class Backbone:
+    """A trunk of the bench: what it is, how it is built, and how it is trained."""
+
+    description: str
+    build: Callable  # (image_size) -> a fresh trunk module
+    frozen: bool  # never trained: its features are computed once and cached
+    # lr of the trunk relative to the embedder's (None: frozen)
+    trunk_lr_multiplier: Optional[float]
+    # the untrained trunk does not depend on the seed (pretrained weights), so
+    # the untrained row is evaluated once
+    seed_independent: bool
+
+
 BACKBONES = {
-    "efficientnet-lite0": "EfficientNet-Lite0 (ImageNet) frozen: cached multi-level features + embedder",
-    "efficientnet-lite0-finetune": "EfficientNet-Lite0 (ImageNet) fine-tuned end to end, augmented (GPU)",
-    "convnet": "SmallConvNet trained from scratch with augmentation",
+    "efficientnet-lite0": Backbone(
+        "EfficientNet-Lite0 (ImageNet) frozen: cached multi-level features + embedder",
+        EfficientNetMultiLevel,
+        frozen=True,
+        trunk_lr_multiplier=None,
+        seed_independent=True,
+    ),
+    "efficientnet-lite0-finetune": Backbone(  # a pretrained trunk being fine-tuned: 1e-4
+        "EfficientNet-Lite0 (ImageNet) fine-tuned end to end, augmented (GPU)",
+        EfficientNetPooled,
+        frozen=False,
+        trunk_lr_multiplier=0.01,
+        seed_independent=True,
+    ),
+    "convnet": Backbone(  # a trunk trained from scratch: 1e-3
+        "SmallConvNet trained from scratch with augmentation",
+        lambda image_size: SmallConvNet(),
+        frozen=False,
+        trunk_lr_multiplier=0.1,
+        seed_independent=False,
+    ),
 }
+
+
+def get_backbone(name):
+    if name not in BACKBONES:
+        raise ValueError(f"unknown backbone {name!r}; choose from {sorted(BACKBONES)}")
+    return BACKBONES[name]
 
 
 def build_trunk(name, image_size):
     """A fresh trunk module by name (see BACKBONES)."""
-    if name == "efficientnet-lite0":
-        return EfficientNetMultiLevel(image_size)
-    if name == "efficientnet-lite0-finetune":
-        return EfficientNetPooled(image_size)
-    if name == "convnet":
-        return SmallConvNet()
-    raise ValueError(f"unknown backbone {name!r}; choose from {sorted(BACKBONES)}")
+    return get_backbone(name).build(image_size)
 
 
 def is_frozen(name):
-    return name == "efficientnet-lite0"
+    return get_backbone(name).frozen

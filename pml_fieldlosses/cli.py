@@ -45,7 +45,7 @@ def select_parser(subparsers):
         description="Train each candidate of every loss's tuned hyperparameter (its margin, radius or "
         "temperature: the published default, and the values with half and twice its margin) once with "
         "the benchmark's protocol and compare their best validation MAP@R; the test classes are never "
-        "evaluated. Prints the table and the SELECTED dict of pml_fieldlosses/bench/registry.py.",
+        "evaluated. Prints the table and the SELECTED dict of pml_fieldlosses/catalog.py.",
     )
     add_shared_options(p)
     p.set_defaults(func=run_select_command)
@@ -53,7 +53,8 @@ def select_parser(subparsers):
 
 
 def add_shared_options(p):
-    from .bench.registry import LOSSES
+    from .catalog import LOSSES
+    from .datasets import DATASETS
 
     p.add_argument(
         "--losses",
@@ -71,7 +72,9 @@ def add_shared_options(p):
         "efficientnet-lite0-finetune: fine-tune it (GPU); convnet: small convnet from scratch",
     )
     p.add_argument("--image-size", type=int, help="image side in pixels (default 64)")
-    p.add_argument("--data", help="'emoji' (default) or a folder with one sub-folder per class")
+    p.add_argument(
+        "--data", help=f"a built-in data set ({', '.join(DATASETS)}; default emoji) or a folder with one sub-folder per class"
+    )
     p.add_argument("--device", help="torch device for training, e.g. cpu or cuda (default cpu)")
     p.add_argument(
         "--workers",

@@ -1,14 +1,8 @@
-"""Every loss of the package, built for given (num_classes, embedding_size), for
-the property-based, precision and determinism tests."""
+"""Our losses (those on a plain embedder) from the one loss table
+(pml_fieldlosses.catalog), at their published defaults, keyed by class name
+without "Loss", for the property-based, precision and determinism tests; the
+mean-field regulariser (off by default) is on so that they exercise it."""
 
-from pml_fieldlosses import losses
+from pml_fieldlosses import catalog
 
-ALL_LOSSES = {
-    "MeanFieldContrastive": lambda C, D: losses.MeanFieldContrastiveLoss(C, D, mf_reg_weight=0.1),
-    "ClassWiseMultiSimilarity": lambda C, D: losses.ClassWiseMultiSimilarityLoss(),
-    "MeanFieldClassWiseMultiSimilarity": lambda C, D: losses.MeanFieldClassWiseMultiSimilarityLoss(
-        C, D, mf_reg_weight=0.1
-    ),
-    "PotentialField": lambda C, D: losses.PotentialFieldLoss(C, D),
-    "ContrastivePotential": lambda C, D: losses.ContrastivePotentialLoss(C, D),
-}
+ALL_LOSSES = catalog.ours_by_class_name(mf_reg_weight=0.1)

@@ -2,6 +2,7 @@
 label noise, the class split, the CLI."""
 
 import csv
+import dataclasses
 import json
 
 import numpy as np
@@ -9,9 +10,12 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
+from pytorch_metric_learning import trainers
+
+from pml_fieldlosses import catalog as registry
 from pml_fieldlosses import cli
-from pml_fieldlosses.backbones import SmallConvNet, Standardize, build_trunk
-from pml_fieldlosses.bench import BenchConfig, quick_config, registry, run_bench, runs, selection
+from pml_fieldlosses.backbones import SmallConvNet, Standardize, build_trunk, get_backbone
+from pml_fieldlosses.bench import BenchConfig, quick_config, run_bench, runs, selection
 from pml_fieldlosses.bench import features as bench_features
 from pml_fieldlosses.bench.protocol import corrupt_labels, make_split, training_labels
 from pml_fieldlosses.datasets import ImageSet, load_image_folder
@@ -117,11 +121,11 @@ def test_bench_end_to_end_writes_report_and_resumes(folder, tmp_path, capsys, mo
     killed = out / "runs" / "MFCWMS" / "seed1"
     (killed / "result.json").unlink()
     calls = []
-    finished = json.loads((out / "runs" / "MFCWMS" / "seed0" / "result.json").read_text())
+    finished = runs.RunResult.read(out / "runs" / "MFCWMS" / "seed0" / "result.json")
 
     def record_call(name, seed, *args, **kwargs):
         calls.append((name, seed))
-        return {**finished, "seed": seed}
+        return dataclasses.replace(finished, seed=seed)
 
     monkeypatch.setattr(runs, "train_one", record_call)
     run_bench(config)
@@ -290,19 +294,19 @@ def test_feature_views_do_not_depend_on_the_number_of_workers(folder, monkeypatc
 
 def test_finetuned_trunk_is_trained_with_its_own_lower_lr(folder, tmp_path, monkeypatch):
     seen = {}
-    original = runs.BenchTrainer.__init__
+    original = trainers.MetricLossOnly.__init__
 
     def spy(self, models, optimizers, *args, **kwargs):
         seen.update(models=models, optimizers=optimizers)
         original(self, models, optimizers, *args, **kwargs)
 
-    monkeypatch.setattr(runs.BenchTrainer, "__init__", spy)
+    monkeypatch.setattr(trainers.MetricLossOnly, "__init__", spy)
     config = tiny_config(folder, tmp_path, backbone="efficientnet-lite0-finetune", losses=("ProxyAnchor",))
     config.seeds, config.epochs = 1, 1
     rows = run_bench(config)
     assert [r["loss"] for r in rows] == [runs.UNTRAINED, "ProxyAnchor"]
     lrs = {name: opt.param_groups[0]["lr"] for name, opt in seen["optimizers"].items()}
-    assert lrs["trunk_optimizer"] == pytest.approx(config.lr * config.trunk_lr_multiplier)
+    assert lrs["trunk_optimizer"] == pytest.approx(config.lr * get_backbone(config.backbone).trunk_lr_multiplier)
     assert lrs["metric_loss_optimizer"] == pytest.approx(config.lr * config.loss_lr_multiplier)
     assert lrs["embedder_optimizer"] == pytest.approx(config.lr)
     pretrained = build_trunk(config.backbone, 32).state_dict()

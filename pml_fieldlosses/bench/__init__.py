@@ -8,26 +8,27 @@ import contextlib
 import json
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from ..datasets import load_emoji, load_image_folder
+from ..catalog import LOSSES, get_entry
+from ..datasets import DATASETS, load_dataset
 from ..datasets.emoji import LICENSES
 from . import report
 from .features import prepare_inputs
 from .metrics import PRIMARY
 from .protocol import BenchConfig, make_split, quick_config
-from .registry import LOSSES, get_entry
-from .runs import UNTRAINED, run_all, run_folder, untrained_test_embeddings
+from .result import UNTRAINED, BenchFileError, add_wall_time, read_json, run_folder, write_json
+from .run import untrained_test_embeddings
+from .runs import run_all
 
 __all__ = ["BenchConfig", "LOSSES", "quick_config", "run_bench", "load_data"]
 
 
 def load_data(config):
-    if config.data == "emoji":
-        return load_emoji(config.image_size, cache=config.cache)
-    return load_image_folder(config.data, config.image_size)
+    return load_dataset(config.data, config.image_size, config.cache)
 
 
 def check_config(config, in_features, num_classes):
@@ -51,7 +52,7 @@ def run_bench(config, file=None):
     dataset, split, inputs, data_seconds = prepare(config, out_dir, file)
     results = run_all(inputs, config, out_dir, file=file)
     rows = report.summarize(results)
-    wall = time.perf_counter() - start
+    wall, invocations = add_wall_time(out_dir, time.perf_counter() - start)
     info = {
         "data": _describe(config, dataset),
         "train_classes": split.num_train_classes,
@@ -61,18 +62,18 @@ def run_bench(config, file=None):
         "val_images": len(split.val),
         "test_images": len(split.test),
         "wall_seconds": wall,
-        "wall_note": f"this invocation, including {data_seconds:.0f} s of data loading"
+        "wall_note": f"the sum of {invocations} invocation(s); this one included {data_seconds:.0f} s of data loading"
         + (f" and {inputs.seconds:.0f} s of feature extraction" if inputs.seconds else ""),
         "licenses": {v: LICENSES[v] for v in set(dataset.sources) if v in LICENSES},
     }
-    with open(out_dir / "report_log.txt", "w") as log, contextlib.redirect_stderr(log):
-        made = make_plots(results, rows, dataset, inputs, config, out_dir)
     report.write_csv(rows, out_dir / "results.csv")
+    with open(out_dir / "report_log.txt", "w") as log, contextlib.redirect_stderr(log):
+        made = make_plots(results, rows, dataset, inputs, config, out_dir, file)
     report.write_markdown(rows, out_dir / "README.md", config, info, made)
-    (out_dir / "summary.json").write_text(json.dumps({"rows": rows, "info": info}, indent=1))
+    write_json(out_dir / "summary.json", {"rows": rows, "info": info})
     print("\n" + report.text_table(rows), file=sys.stdout)
     print(f"\nreport: {out_dir / 'README.md'}", file=sys.stdout)
-    print(f"wall time: {time.perf_counter() - start:.0f} s", file=sys.stdout)
+    print(f"wall time: {time.perf_counter() - start:.0f} s (all invocations on this folder: {wall:.0f} s)", file=sys.stdout)
     return rows
 
 
@@ -99,7 +100,7 @@ def prepare(config, out_dir, file, selection=False):
     return dataset, split, inputs, data_seconds
 
 
-def make_plots(results, rows, dataset, inputs, config, out_dir):
+def make_plots(results, rows, dataset, inputs, config, out_dir, file=None):
     """Draw the figures; returns [(title, file name)] of those made."""
     from . import plots  # matplotlib (and its Agg backend) only when there is something to draw
 
@@ -113,11 +114,14 @@ def make_plots(results, rows, dataset, inputs, config, out_dir):
         return made
     best = trained[0]["loss"]
     path = run_folder(out_dir, best, 0) / "test_embeddings.npz"
-    if path.is_file():
-        embeddings = {UNTRAINED: untrained_test_embeddings(inputs, config)[0]}
-        with np.load(path) as saved:
-            embeddings[best] = saved["embeddings"].astype(np.float32)
-            labels = saved["labels"]
+    try:
+        saved = read_embeddings(path, len(inputs.split.test))
+    except BenchFileError as e:
+        print(f"warning: {e}; the report has no retrieval figures", file=file)
+        return made
+    if saved is not None:
+        embeddings = {UNTRAINED: untrained_test_embeddings(inputs, config)[0], best: saved[0]}
+        labels = saved[1]
         images = dataset.images[inputs.split.test]
         plots.retrieval_grid(images, labels, embeddings, out_dir / "retrieval_grid.png")
         made.append((f"Retrieval: {UNTRAINED} vs {best} (best {PRIMARY}), seed 0", "retrieval_grid.png"))
@@ -126,10 +130,27 @@ def make_plots(results, rows, dataset, inputs, config, out_dir):
     return made
 
 
+def read_embeddings(path, rows):
+    """(float32 embeddings, labels) saved in ``path`` for ``rows`` test images,
+    None if there is no such file; BenchFileError naming a bad one."""
+    if not path.exists():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            embeddings, labels = saved["embeddings"].astype(np.float32), saved["labels"]
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        raise BenchFileError(f"{path} is not a saved embedding file ({e!r})") from None
+    if embeddings.ndim != 2 or embeddings.shape[0] != rows or labels.shape != (rows,):
+        raise BenchFileError(
+            f"{path} holds embeddings {embeddings.shape} and labels {labels.shape}, expected {rows} rows"
+        )
+    return embeddings, labels
+
+
 def _describe(config, dataset):
-    if config.data == "emoji":
-        vendors = ", ".join(sorted(set(dataset.sources)))
-        return f"multi-vendor emoji ({vendors})"
+    if config.data in DATASETS:
+        sources = ", ".join(sorted(set(dataset.sources)))
+        return f"{DATASETS[config.data][1]} ({sources})"
     return f"image folder {config.data}"
 
 
@@ -137,10 +158,14 @@ def _check_or_write_protocol(out_dir, protocol, data_fingerprint):
     """Finished runs are reused only for the same settings and the same data."""
     path = out_dir / "protocol.json"
     protocol = {**protocol, "data_fingerprint": data_fingerprint}
-    if path.is_file():
-        if json.loads(path.read_text()) != json.loads(json.dumps(protocol)):
+    if path.exists():
+        try:
+            saved = read_json(path)
+        except BenchFileError as e:
+            raise BenchFileError(f"{e}; use another --out, or delete the folder (rm -r '{out_dir}')") from None
+        if saved != json.loads(json.dumps(protocol)):
             raise RuntimeError(
                 f"{out_dir} holds results of other settings or other data; use another --out or delete it"
             )
         return
-    path.write_text(json.dumps(protocol, indent=1))
+    write_json(path, protocol)

@@ -1,10 +1,8 @@
-"""What the runs train on: cached frozen-trunk features, or images for a trunk
-that is trained."""
+"""What the runs train on: cached frozen-trunk features (memory-mapped, read
+row by row), or images for a trunk that is trained."""
 
-import multiprocessing
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -15,6 +13,7 @@ import tqdm
 from .. import backbones
 from ..datasets.augment import augment, to_float_nchw
 from ..datasets.cache import cache_dir
+from . import scheduler
 from .protocol import number_of_workers
 
 # bump when the features computed for the same inputs change
@@ -23,34 +22,39 @@ FEATURES_VERSION = 2
 CHUNK = 1024
 
 
+def _row(array, row):
+    return torch.from_numpy(np.array(array[row]))
+
+
 class ViewsDataset(torch.utils.data.Dataset):
     """Training set of cached features with several views per sample: item i is
-    a view drawn at random (global torch RNG, so seeded runs repeat)."""
+    ``views[v][rows[v][i]]`` for a view v drawn at random (global torch RNG, so
+    seeded runs repeat)."""
 
-    def __init__(self, views, labels):
-        self.views = views  # (V, N, F)
+    def __init__(self, views, rows, labels):
+        self.views, self.rows = views, rows
         self.labels = torch.as_tensor(labels)
 
     def __len__(self):
-        return self.views.shape[1]
+        return len(self.rows[0])
 
     def __getitem__(self, i):
-        view = torch.randint(self.views.shape[0], ()).item()
-        return self.views[view, i], self.labels[i]
+        view = torch.randint(len(self.views), ()).item()
+        return _row(self.views[view], self.rows[view][i]), self.labels[i]
 
 
 class ArrayDataset(torch.utils.data.Dataset):
-    """(inputs[i], labels[i]) pairs of two aligned tensors."""
+    """(inputs[rows[i]], labels[i]): the rows of an array (features or images) that the split uses."""
 
-    def __init__(self, inputs, labels):
-        self.inputs = inputs
+    def __init__(self, inputs, rows, labels):
+        self.inputs, self.rows = inputs, rows
         self.labels = torch.as_tensor(labels)
 
     def __len__(self):
-        return len(self.inputs)
+        return len(self.rows)
 
     def __getitem__(self, i):
-        return self.inputs[i], self.labels[i]
+        return _row(self.inputs, self.rows[i]), self.labels[i]
 
 
 def collate_images(batch, train):
@@ -72,32 +76,35 @@ def collate_eval_images(batch):
 
 @dataclass
 class Inputs:
-    """The data of one benchmark, ready for the runs."""
+    """The data of one benchmark, ready for the runs: the arrays (memory-mapped
+    features, or the images) and the rows of each split in them."""
 
     split: object  # protocol.Split
-    train_inputs: torch.Tensor  # (V, N_train, F) features, or (N_train, S, S, 3) uint8 images
-    val_inputs: torch.Tensor
-    test_inputs: torch.Tensor
+    train_views: list  # [(array, rows)] one per view (one for images)
+    eval_inputs: object  # array holding the val and test rows
+    val_rows: np.ndarray
+    test_rows: np.ndarray
     in_features: int
     make_trunk: Callable  # () -> trunk module (frozen Standardize, or a fresh trainable trunk)
     frozen: bool
-    trunk_lr_multiplier: float = 1.0
+    trunk_lr_multiplier: Optional[float] = None
+    seed_independent: bool = True  # the untrained trunk is the same for every seed
     train_collate: Optional[Callable] = None
     eval_collate: Optional[Callable] = None
     seconds: float = 0.0  # time spent computing features (0 when all came from the cache)
 
     def train_dataset(self, labels):
+        arrays, rows = zip(*self.train_views)
         if self.frozen:
-            return ViewsDataset(self.train_inputs, labels)
-        return ArrayDataset(self.train_inputs, labels)
+            return ViewsDataset(arrays, rows, labels)
+        return ArrayDataset(arrays[0], rows[0], labels)
 
     def eval_dataset(self, name):
-        split = self.split
-        inputs, labels = {
-            "val": (self.val_inputs, split.val_labels),
-            "test": (self.test_inputs, split.test_labels),
+        rows, labels = {
+            "val": (self.val_rows, self.split.val_labels),
+            "test": (self.test_rows, self.split.test_labels),
         }[name]
-        return ArrayDataset(inputs, labels)
+        return ArrayDataset(self.eval_inputs, rows, labels)
 
 
 @torch.inference_mode()
@@ -120,77 +127,91 @@ def view_generator(view, chunk_start):
     return None if view == 0 else torch.Generator().manual_seed(view * 1_000_003 + chunk_start)
 
 
-# what forked feature workers read (copy-on-write)
-_SHARED = {}
-
-
-def chunk_features(trunk, images, rows_by_view, view, start, device):
-    """Features of the CHUNK images of ``view`` from ``start``."""
+def chunk_features(shared, job, report=None):
+    """Features of the CHUNK images of view ``job[0]`` from ``job[1]``."""
+    trunk, images, rows_by_view, device, single_thread = shared
+    view, start = job
+    if single_thread:
+        torch.set_num_threads(1)
     rows = rows_by_view[view][start : start + CHUNK]
     return extract_features(trunk, images[rows], device, generator=view_generator(view, start)).numpy()
 
 
-def _chunk_features(job):
-    torch.set_num_threads(1)
-    return chunk_features(_SHARED["trunk"], _SHARED["images"], _SHARED["rows"], *job, torch.device("cpu"))
-
-
-def compute_views(trunk, images, rows_by_view, device, workers, file=None):
+def compute_views(trunk, images, rows_by_view, device, workers, file=None, out=None):
     """{view: features of images[rows_by_view[view]]}, in chunks of CHUNK
     images spread over ``workers`` single-threaded processes (on a CPU; they
     are robust to a busy machine, where one process with several threads is
-    not), with one progress bar."""
+    not), with one progress bar. ``out``: {view: array} to write into (e.g. a
+    memory-mapped file) instead of new arrays."""
     jobs = [(view, start) for view, rows in rows_by_view.items() for start in range(0, len(rows), CHUNK)]
-    done = {}
+    workers = workers if device.type == "cpu" else 1
     total = sum(len(rows) for rows in rows_by_view.values())
+    views = out if out is not None else {}
     with tqdm.tqdm(total=total, desc="frozen features", unit="img", file=file, smoothing=0.1) as bar:
-        if workers <= 1 or device.type != "cpu":
-            for view, start in jobs:
-                done[(view, start)] = chunk_features(trunk, images, rows_by_view, view, start, device)
-                bar.update(len(done[(view, start)]))
-        else:
-            tqdm.tqdm.monitor_interval = 0  # no monitor thread: nothing threaded to fork
-            _SHARED.update(trunk=trunk.eval(), images=images, rows=rows_by_view)
-            try:
-                with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-                    futures = {pool.submit(_chunk_features, job): job for job in jobs}
-                    for future in as_completed(futures):
-                        done[futures[future]] = future.result()
-                        bar.update(len(done[futures[future]]))
-            finally:
-                _SHARED.clear()
-    return {
-        view: np.concatenate([done[(view, start)] for start in range(0, len(rows), CHUNK)])
-        for view, rows in rows_by_view.items()
-    }
+
+        def store(kind, job, features):
+            if kind == "done":
+                view, start = job
+                if view not in views:
+                    views[view] = np.empty((len(rows_by_view[view]), features.shape[1]), np.float32)
+                views[view][start : start + len(features)] = features
+                bar.update(len(features))
+
+        tqdm.tqdm.monitor_interval = 0  # no monitor thread: nothing threaded to fork
+        shared = (trunk.eval(), images, rows_by_view, device, workers > 1)
+        scheduler.run_jobs(chunk_features, shared, jobs, workers, store, keep_results=False)
+    return views
+
+
+def load_cached(path, rows, width):
+    """The memory-mapped features in ``path`` if they are float32 (rows, width)
+    and finite, else None (with the reason)."""
+    if not path.exists():
+        return None, None
+    try:
+        features = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        return None, f"unreadable ({e})"
+    if features.dtype != np.float32 or features.shape != (rows, width):
+        return None, f"{features.dtype} {features.shape}, expected float32 ({rows}, {width})"
+    for start in range(0, rows, 4096):
+        if not np.isfinite(features[start : start + 4096]).all():
+            return None, "non-finite values"
+    return features, None
 
 
 def cached_views(dataset, rows_by_view, config, file=None):
-    """{view: features} of ``dataset.images[rows]`` for each view, computed once
-    per data set and cached under ``<cache>/features/``. Returns (views, trunk,
-    seconds spent computing)."""
+    """{view: memory-mapped features} of ``dataset.images[rows]`` for each view,
+    computed once per data set and cached under ``<cache>/features/``; a bad
+    cache file is named and recomputed. Returns (views, trunk, seconds spent computing)."""
     folder = cache_dir(config.cache) / "features"
     folder = folder / f"{dataset.name}-{dataset.fingerprint()}-lite0-v{FEATURES_VERSION}"
+    trunk = backbones.build_trunk(config.backbone, dataset.image_size)
     views, missing = {}, {}
     for view, rows in rows_by_view.items():
         path = folder / f"view{view}.npy"
-        features = np.load(path) if path.is_file() else None
-        if features is not None and features.shape[0] == len(rows):
-            views[view] = torch.from_numpy(features)
-        else:
+        views[view], problem = load_cached(path, len(rows), trunk.out_features)
+        if views[view] is None:
             missing[view] = rows
-    trunk = backbones.build_trunk(config.backbone, dataset.image_size)
+            if problem:
+                print(f"cached features {path} are bad ({problem}): computing them again", file=file)
     if not missing:
         return views, trunk, 0.0
     start = time.perf_counter()
-    workers = number_of_workers(config, len(missing) * 100)
-    computed = compute_views(trunk, dataset.images, missing, torch.device(config.device), workers, file)
     folder.mkdir(parents=True, exist_ok=True)
-    for view, features in computed.items():
-        tmp = folder / f"view{view}.part.npy"
-        np.save(tmp, features)
-        tmp.replace(folder / f"view{view}.npy")
-        views[view] = torch.from_numpy(features)
+    parts = {
+        view: np.lib.format.open_memmap(
+            folder / f"view{view}.part.npy", mode="w+", dtype=np.float32, shape=(len(rows), trunk.out_features)
+        )
+        for view, rows in missing.items()
+    }
+    workers = number_of_workers(config, len(missing) * 100)
+    compute_views(trunk, dataset.images, missing, torch.device(config.device), workers, file, out=parts)
+    for view, part in parts.items():
+        part.flush()
+        del part
+        (folder / f"view{view}.part.npy").replace(folder / f"view{view}.npy")
+        views[view] = np.load(folder / f"view{view}.npy", mmap_mode="r")
     return views, trunk, time.perf_counter() - start
 
 
@@ -199,40 +220,33 @@ def prepare_inputs(dataset, split, config, file=None):
     ``config.aug_views`` augmented views of the training-class images, cached;
     a Standardize trunk fitted on the training split. Otherwise: the images."""
     file = file or sys.stderr
-    if backbones.is_frozen(config.backbone):
+    backbone = backbones.get_backbone(config.backbone)
+    common = dict(split=split, val_rows=split.val, test_rows=split.test, frozen=backbone.frozen)
+    common.update(trunk_lr_multiplier=backbone.trunk_lr_multiplier, seed_independent=backbone.seed_independent)
+    if backbone.frozen:
         train_class_rows = np.flatnonzero(dataset.is_train())
         rows_by_view = {0: np.arange(len(dataset.images))}
         rows_by_view.update({view: train_class_rows for view in range(1, config.aug_views + 1)})
         features, trunk, seconds = cached_views(dataset, rows_by_view, config, file)
         clean = features[0]
         position = np.searchsorted(train_class_rows, split.train)
-        views = [clean[split.train]] + [features[v][position] for v in range(1, config.aug_views + 1)]
-        standardize = backbones.Standardize(clean[split.train], trunk.tap_sizes)
+        views = [(clean, split.train)] + [(features[v], position) for v in range(1, config.aug_views + 1)]
+        standardize = backbones.Standardize(torch.from_numpy(clean[split.train]), trunk.tap_sizes)
         return Inputs(
-            split=split,
-            train_inputs=torch.stack(views),
-            val_inputs=clean[split.val],
-            test_inputs=clean[split.test],
+            train_views=views,
+            eval_inputs=clean,
             in_features=clean.shape[1],
             make_trunk=lambda: standardize,
-            frozen=True,
             seconds=seconds,
+            **common,
         )
-    images = torch.from_numpy(dataset.images)
     probe = backbones.build_trunk(config.backbone, dataset.image_size)
     return Inputs(
-        split=split,
-        train_inputs=images[split.train],
-        val_inputs=images[split.val],
-        test_inputs=images[split.test],
+        train_views=[(dataset.images, split.train)],
+        eval_inputs=dataset.images,
         in_features=probe.out_features,
         make_trunk=lambda: backbones.build_trunk(config.backbone, dataset.image_size),
-        frozen=False,
-        trunk_lr_multiplier=(
-            config.trunk_lr_multiplier
-            if "efficientnet" in config.backbone
-            else config.scratch_trunk_lr_multiplier
-        ),
         train_collate=collate_train_images,
         eval_collate=collate_eval_images,
+        **common,
     )

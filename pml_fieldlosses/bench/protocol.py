@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from .. import backbones
-from .registry import default_losses, get_entry, hyperparameters
+from ..datasets import DATASETS
+from ..catalog import default_losses, get_entry, hyperparameters
 
 # bump when a change of the code changes the results of the same settings
 PROTOCOL_VERSION = 2
@@ -26,7 +27,7 @@ class BenchConfig:
 
     losses: tuple = field(default_factory=default_losses)
     seeds: int = 3
-    data: str = "emoji"  # "emoji" or a folder with one sub-folder per class
+    data: str = "emoji"  # a built-in data set (datasets.DATASETS) or a folder with one sub-folder per class
     backbone: str = "efficientnet-lite0"
     image_size: int = 64
     embedding_size: int = 128
@@ -35,11 +36,9 @@ class BenchConfig:
     label_noise: float = 0.0
     batch_size: int = 128
     m_per_class: int = 4
-    lr: float = 1e-2  # AdamW for the embedder (kaiming-normal fan_out init, see registry.linear_embedder)
+    lr: float = 1e-2  # AdamW for the embedder (kaiming-normal fan_out init, see catalog.linear_embedder)
     weight_decay: float = 1e-4
     loss_lr_multiplier: float = 1.0  # lr of learnable loss parameters (proxies, W, mean fields): 1e-2
-    trunk_lr_multiplier: float = 0.01  # lr of a pretrained trunk being fine-tuned: 1e-4
-    scratch_trunk_lr_multiplier: float = 0.1  # lr of a trunk trained from scratch: 1e-3
     lr_decay_epochs: int = 10  # StepLR: every optimiser's lr is multiplied by lr_decay every this many epochs
     lr_decay: float = 0.5
     grad_clip: float = 10.0  # max gradient norm, per optimiser's parameter group; 0 disables
@@ -74,16 +73,19 @@ class BenchConfig:
             raise ValueError(f"grad_clip must be >= 0 (0: no clipping), got {self.grad_clip}")
         if self.batch_size % self.m_per_class:
             raise ValueError("batch_size must be a multiple of m_per_class")
-        if self.backbone not in backbones.BACKBONES:
-            raise ValueError(f"unknown backbone {self.backbone!r}; choose from {sorted(backbones.BACKBONES)}")
+        backbones.get_backbone(self.backbone)
         for name in self.losses:
             get_entry(name)  # an unknown name fails now, not after the data is built
+        twice = sorted({name for name in self.losses if self.losses.count(name) > 1})
+        if twice:
+            raise ValueError(f"--losses names {', '.join(twice)} more than once; give each loss once")
 
     def protocol(self, selected=True):
         """The settings that define the results; with the losses' selected
         hyperparameters unless ``selected`` is False (the selection's own runs
         name their values)."""
         settings = {k: v for k, v in dataclasses.asdict(self).items() if k not in self.NOT_PROTOCOL}
+        settings["trunk_lr_multiplier"] = backbones.get_backbone(self.backbone).trunk_lr_multiplier
         if selected:
             settings["hyperparameters"] = hyperparameters()
         return {**settings, "protocol_version": PROTOCOL_VERSION}
@@ -100,8 +102,8 @@ class BenchConfig:
         return f"{name}-{self.protocol_hash(selected=not selection)}"
 
     def _data_name(self):
-        if self.data == "emoji":
-            return "emoji"
+        if self.data in DATASETS:
+            return self.data
         return "folder-" + "".join(
             c if c.isalnum() else "_" for c in str(self.data).rstrip("/").split("/")[-1]
         )

@@ -7,8 +7,8 @@ import numpy as np
 
 from ..utils.stats import mean_ci
 from .metrics import METRICS, PRIMARY
-from .registry import get_entry
-from .runs import UNTRAINED
+from ..catalog import get_entry
+from .result import UNTRAINED
 
 
 def summarize(results):

@@ -1,5 +1,5 @@
 """The hyperparameter selection: every candidate of every loss's tuned
-hyperparameter (registry.LossEntry.grid, three each) trained once with the
+hyperparameter (catalog.LossEntry.grid, three each) trained once with the
 benchmark's protocol and budget and the seed SELECTION_SEED (not one of the
 reported seeds), compared by their best validation MAP@R. The test split is
 never evaluated. Ties keep the published default.
@@ -7,7 +7,7 @@ never evaluated. Ties keep the published default.
 pml-fieldlosses select                                # every loss, default data
 pml-fieldlosses select --losses PFML,CPML --data PATH
 
-It prints the table and the ``SELECTED`` dict to put in registry.py.
+It prints the table and the ``SELECTED`` dict to put in pml_fieldlosses/catalog.py.
 """
 
 import json
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from .registry import get_entry
+from ..catalog import get_entry
 
 SELECTION_SEED = 1000
 

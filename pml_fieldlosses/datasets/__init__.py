@@ -1,4 +1,5 @@
-"""Data for the benchmark: multi-vendor emoji from npm, or your own image folder."""
+"""Data for the benchmark: the built-in data sets (``DATASETS``, by name: today
+multi-vendor emoji from npm), or your own image folder."""
 
 from .base import ImageSet, first_half_split, render_files
 from .cache import CACHE_ENV_VAR, cache_dir
@@ -7,7 +8,21 @@ from .image_folder import IMAGE_EXTENSIONS, load_image_folder
 from .npm import IntegrityError, NpmPackage, UnsafeArchiveError, npm_pack, safe_extract, sha512_integrity
 from .render import check_svg_renderer, render_file
 
+# name -> (loader(image_size, cache) -> ImageSet, one-line description for reports)
+DATASETS = {
+    "emoji": (lambda image_size, cache: load_emoji(image_size, cache=cache), "multi-vendor emoji"),
+}
+
+
+def load_dataset(data, image_size, cache=None):
+    """The built-in data set named ``data`` (see DATASETS), else the image folder at path ``data``."""
+    if data in DATASETS:
+        return DATASETS[data][0](image_size, cache)
+    return load_image_folder(data, image_size)
+
+
 __all__ = [
+    "DATASETS",
     "CACHE_ENV_VAR",
     "DEFAULT_VENDORS",
     "IMAGE_EXTENSIONS",
@@ -21,6 +36,7 @@ __all__ = [
     "cache_dir",
     "check_svg_renderer",
     "first_half_split",
+    "load_dataset",
     "load_emoji",
     "load_image_folder",
     "npm_pack",

@@ -2,6 +2,7 @@
 
 import hashlib
 import os
+import zipfile
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,15 +81,19 @@ class ImageSet:
 
     @classmethod
     def load(cls, path):
-        with np.load(path, allow_pickle=False) as data:
-            return cls(
-                images=data["images"],
-                labels=data["labels"],
-                class_names=data["class_names"],
-                sources=data["sources"],
-                num_train_classes=int(data["num_train_classes"]),
-                name=str(data["name"]),
-            )
+        """The ImageSet saved in ``path``; ValueError naming the file if it is not one."""
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                return cls(
+                    images=data["images"],
+                    labels=data["labels"],
+                    class_names=data["class_names"],
+                    sources=data["sources"],
+                    num_train_classes=int(data["num_train_classes"]),
+                    name=str(data["name"]),
+                )
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+            raise ValueError(f"{path} is not a saved image set ({e!r}); delete it (rm '{path}') to rebuild") from None
 
 
 def first_half_split(num_classes):

@@ -237,12 +237,15 @@ def load_emoji(
     stem = f"emoji-{image_size}px-{'-'.join(vendors)}-v{BUILD_VERSION}"
     arrays, record_path = root / f"{stem}.npz", root / f"{stem}.json"
     if not rebuild and arrays.is_file() and record_path.is_file():
-        record = json.loads(record_path.read_text())
-        if record["key"] == key:
-            if sha256_file(arrays) != record["arrays_sha256"]:
-                raise IntegrityError(
-                    f"{arrays} does not match its recorded sha256; rebuild with rebuild=True"
-                )
+        clear = f"delete it to rebuild the data: rm '{arrays}' '{record_path}'"
+        try:
+            record = json.loads(record_path.read_text())
+            recorded_key, recorded_sha = record["key"], record["arrays_sha256"]
+        except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as e:
+            raise IntegrityError(f"{record_path} is not a build record ({e!r}); {clear}") from None
+        if recorded_key == key:
+            if sha256_file(arrays) != recorded_sha:
+                raise IntegrityError(f"{arrays} does not match its recorded sha256; {clear}")
             return ImageSet.load(arrays)
     if any(VENDORS[v] in ("openmoji", "fluentui-emoji") for v in vendors):
         check_svg_renderer()

@@ -49,9 +49,15 @@ def render_svg(data, size):
 
 
 def render_file(path, size):
-    """Render one file, SVG or raster, chosen by its extension."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if str(path).lower().endswith(".svg"):
-        return render_svg(data, size)
-    return render_image(data, size)
+    """Render one file, SVG or raster, chosen by its extension; ValueError
+    naming the file if it cannot be read as an image."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        if str(path).lower().endswith(".svg"):
+            return render_svg(data, size)
+        return render_image(data, size)
+    except RuntimeError:  # no SVG renderer: says how to install one
+        raise
+    except Exception as e:  # PIL and cairosvg raise many kinds for a bad file
+        raise ValueError(f"cannot read the image {path}: {type(e).__name__}: {e}") from None

@@ -1,0 +1,260 @@
+"""One run: a loss trained with a seed by PML's own MetricLossOnly trainer and
+logging hooks (our hooks only add timing and progress), its epoch selected on
+validation MAP@R, tested once; and the untrained baseline evaluated alike."""
+
+import contextlib
+import logging
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from pytorch_metric_learning import samplers, testers, trainers
+from pytorch_metric_learning.utils import common_functions as c_f
+from pytorch_metric_learning.utils import logging_presets
+
+from .. import catalog
+from . import metrics
+from .protocol import training_labels
+from .result import UNTRAINED, RunResult
+
+MODEL_KEYS = ("trunk", "embedder", "metric_loss")
+
+
+def seed_everything(seed):
+    random.seed(seed)
+    np.random.seed(seed)  # PML's samplers draw from numpy's global generator
+    torch.manual_seed(seed)
+
+
+@contextlib.contextmanager
+def run_log(path):
+    """Send what PML writes during a run (its per-batch progress bars, warnings,
+    log lines) to the run's log file, keeping the terminal for the bench's progress."""
+    with open(path, "a") as log, contextlib.redirect_stderr(log):
+        handler = logging.StreamHandler(log)
+        c_f.LOGGER.addHandler(handler)
+        previous = c_f.LOGGER.level
+        c_f.LOGGER.setLevel(logging.INFO)
+        try:
+            yield
+        finally:
+            c_f.LOGGER.removeHandler(handler)
+            c_f.LOGGER.setLevel(previous)
+
+
+def make_tester(hooks=None):
+    return testers.GlobalEmbeddingSpaceTester(
+        normalize_embeddings=True,
+        batch_size=512,
+        dataloader_num_workers=0,
+        data_device=torch.device("cpu"),
+        accuracy_calculator=metrics.accuracy_calculator(),
+        end_of_testing_hook=None if hooks is None else hooks.end_of_testing_hook,
+    )
+
+
+class GradClipper:
+    """Clips the gradient norm of ``parameters`` to ``max_norm`` (PML trainers call
+    it between backward and the optimiser step) and counts the steps it clipped."""
+
+    def __init__(self, parameters, max_norm):
+        self.parameters = [p for p in parameters if p.requires_grad]
+        self.max_norm = max_norm
+        self.steps = self.clipped = 0
+
+    def __call__(self):
+        norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.max_norm)
+        self.steps += 1
+        self.clipped += int(norm > self.max_norm)
+
+    def clipped_fraction(self):
+        return self.clipped / self.steps if self.steps else 0.0
+
+
+def optimisation(models, config, trunk_lr_multiplier):
+    """An AdamW, a StepLR and a gradient clipper for each trained part, under PML's key names."""
+    lrs = {"embedder": config.lr}
+    if any(p.requires_grad for p in models["trunk"].parameters()):
+        lrs["trunk"] = config.lr * trunk_lr_multiplier
+    if list(models["metric_loss"].parameters()):
+        lrs["metric_loss"] = config.lr * config.loss_lr_multiplier
+    optimizers, schedulers, clippers = {}, {}, {}
+    for name, lr in lrs.items():
+        optimizer = torch.optim.AdamW(models[name].parameters(), lr, weight_decay=config.weight_decay)
+        optimizers[f"{name}_optimizer"] = optimizer
+        schedulers[f"{name}_scheduler_by_epoch"] = torch.optim.lr_scheduler.StepLR(
+            optimizer, config.lr_decay_epochs, config.lr_decay
+        )
+        if config.grad_clip:
+            clippers[name] = GradClipper(models[name].parameters(), config.grad_clip)
+    return optimizers, schedulers, clippers
+
+
+class EpochHooks:
+    """PML's logging hooks plus the wall seconds and mean loss of each epoch's
+    training iterations (validation excluded) and a progress report after it."""
+
+    def __init__(self, hooks, tester, end_of_epoch, report):
+        self.hooks, self.tester, self.end_of_epoch, self.report = hooks, tester, end_of_epoch, report
+        self.epoch_seconds, self.epoch_losses, self.total = [], [], 0.0
+        self.start = time.perf_counter()
+
+    def end_of_iteration(self, trainer):
+        self.total += trainer.losses["total_loss"].detach().item()
+        self.hooks.end_of_iteration_hook(trainer)
+
+    def end_of_epoch_hook(self, trainer):
+        self.epoch_seconds.append(time.perf_counter() - self.start)
+        self.epoch_losses.append(self.total / trainer.iterations_per_epoch)
+        keep_going = self.end_of_epoch(trainer)
+        val = self.tester.all_accuracies.get("val", {}).get(f"{metrics.PRIMARY}_level0", float("nan"))
+        self.report(epoch=trainer.epoch, seconds=time.perf_counter() - self.start, val=float(val))
+        self.total, self.start = 0.0, time.perf_counter()
+        return keep_going
+
+
+def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, report=None, test=True):
+    """Train ``loss_name`` with ``seed``, select the epoch by validation MAP@R
+    (early stopping), test that model once (unless ``test`` is False: the
+    hyperparameter selection never looks at the test split). Returns a RunResult."""
+    entry = catalog.get_entry(loss_name)
+    device = torch.device(config.device)
+    run_dir, model_dir = Path(run_dir), Path(run_dir) / "models"
+    split = inputs.split
+    C, D = split.num_train_classes, config.embedding_size
+    start = time.perf_counter()
+    seed_everything(seed)
+    labels, changed = training_labels(split, config.label_noise, seed)
+    # small data sets: at most m samples of every training class in a batch
+    batch_size = min(config.batch_size, config.m_per_class * C)
+
+    trunk = inputs.make_trunk().to(device)
+    embedder = entry.make_embedder(inputs.in_features, D).to(device)
+    loss = entry.build(C, D, embedder).to(device)
+    miner = entry.miner() if entry.miner else None
+    models = {"trunk": trunk, "embedder": embedder, "metric_loss": loss}
+    optimizers, schedulers, clippers = optimisation(models, config, inputs.trunk_lr_multiplier)
+
+    record_keeper, _, writer = logging_presets.get_record_keeper(str(run_dir / "records"), str(tensorboard_dir))
+    hooks = logging_presets.get_hook_container(record_keeper, primary_metric=metrics.PRIMARY, log_freq=10)
+    tester = make_tester(hooks)
+    end_of_epoch = hooks.end_of_epoch_hook(
+        tester,
+        {"val": inputs.eval_dataset("val")},
+        str(model_dir),
+        test_interval=1,
+        patience=config.patience,
+        splits_to_eval=[("val", ["val"])],
+        test_collate_fn=inputs.eval_collate,
+    )
+    timing = EpochHooks(hooks, tester, end_of_epoch, report or (lambda **info: None))
+    trainer = trainers.MetricLossOnly(
+        {"trunk": trunk, "embedder": embedder},
+        optimizers,
+        batch_size,
+        {"metric_loss": loss},
+        inputs.train_dataset(labels),
+        mining_funcs={"tuple_miner": miner} if miner else {},
+        sampler=samplers.MPerClassSampler(
+            labels, config.m_per_class, batch_size, length_before_new_iter=max(len(labels), batch_size)
+        ),
+        dataloader_num_workers=0,
+        data_device=device,
+        collate_fn=inputs.train_collate,
+        lr_schedulers=schedulers,
+        gradient_clippers={f"{name}_grad_clipper": c for name, c in clippers.items()},
+        end_of_iteration_hook=timing.end_of_iteration,
+        end_of_epoch_hook=timing.end_of_epoch_hook,
+    )
+    trainer.train(num_epochs=config.epochs)
+    best_epoch, best_val = hooks.get_best_epoch_and_accuracy(tester, "val")
+    history = hooks.get_accuracy_history(tester, "val", return_all_metrics=True)
+    results = None
+    if test:
+        hooks.load_latest_saved_models(trainer, str(model_dir), device, best=True)
+        tester.test(
+            {"test": inputs.eval_dataset("test")},
+            best_epoch,
+            trunk,
+            embedder,
+            splits_to_eval=[("test", ["test"])],
+            collate_fn=inputs.eval_collate,
+        )
+        results = metrics.level0(tester.all_accuracies["test"])
+        if seed == 0:
+            save_embeddings(run_dir / "test_embeddings.npz", tester, inputs, trunk, embedder)
+    if writer is not None:
+        writer.close()
+    keep_best_models(model_dir, best_epoch)
+    return RunResult(
+        loss=loss_name,
+        origin=entry.origin,
+        seed=seed,
+        test=results,
+        best_epoch=int(best_epoch),
+        best_val_map_at_r=float(best_val),
+        epochs_run=len(timing.epoch_seconds),
+        epoch_seconds=timing.epoch_seconds,
+        seconds_per_epoch=float(np.mean(timing.epoch_seconds)),
+        epoch_losses=timing.epoch_losses,
+        val_history={
+            "epoch": [int(e) for e in history["epoch"]],
+            "map_at_r": [float(v) for v in history[f"{metrics.PRIMARY}_level0"]],
+        },
+        label_noise={"fraction": config.label_noise, "changed": len(changed), "of": len(labels)},
+        clipped_fraction={name: c.clipped_fraction() for name, c in clippers.items()},
+        run_seconds=time.perf_counter() - start,
+    )
+
+
+def save_embeddings(path, tester, inputs, trunk, embedder):
+    """Normalised test embeddings (float16) for the report's figures."""
+    embeddings, labels = tester.get_all_embeddings(
+        inputs.eval_dataset("test"), trunk, embedder, collate_fn=inputs.eval_collate
+    )
+    np.savez_compressed(
+        path, embeddings=embeddings.cpu().numpy().astype(np.float16), labels=labels.cpu().numpy()[:, 0]
+    )
+
+
+def keep_best_models(model_dir, best_epoch):
+    """Drop the optimiser states and the latest-epoch copies; keep the best models."""
+    for path in Path(model_dir).glob("*.pth"):
+        state = path.name.startswith(tuple(f"{m}_{k}" for m in MODEL_KEYS for k in ("optimizer", "scheduler")))
+        if state or not path.stem.endswith(f"_best{best_epoch}"):
+            path.unlink()
+
+
+def untrained_test_embeddings(inputs, config, seed=0):
+    """(embeddings, labels) of the test split for the untrained row's model of ``seed``."""
+    seed_everything(seed)
+    trunk = inputs.make_trunk().to(torch.device(config.device))
+    embeddings, labels = make_tester().get_all_embeddings(
+        inputs.eval_dataset("test"), trunk, torch.nn.Identity(), collate_fn=inputs.eval_collate
+    )
+    return embeddings.cpu().numpy(), labels.cpu().numpy()[:, 0]
+
+
+def evaluate_untrained(seed, inputs, config):
+    """The trunk with no training and no embedder (for a frozen backbone: its
+    standardised features), evaluated like a trained model."""
+    start = time.perf_counter()
+    seed_everything(seed)
+    trunk = inputs.make_trunk().to(torch.device(config.device))
+    tester = make_tester()
+    data = {"val": inputs.eval_dataset("val"), "test": inputs.eval_dataset("test")}
+    tester.test(data, 0, trunk, torch.nn.Identity(), [("val", ["val"]), ("test", ["test"])], inputs.eval_collate)
+    val = metrics.level0(tester.all_accuracies["val"])[metrics.PRIMARY]
+    return RunResult(
+        loss=UNTRAINED,
+        origin="baseline",
+        seed=seed,
+        test=metrics.level0(tester.all_accuracies["test"]),
+        best_epoch=0,
+        best_val_map_at_r=val,
+        val_history={"epoch": [0], "map_at_r": [val]},
+        label_noise={"fraction": config.label_noise, "changed": 0, "of": 0},
+        run_seconds=time.perf_counter() - start,
+    )

@@ -1,0 +1,132 @@
+"""The one process pool of the bench (runs and feature extraction).
+
+``run_jobs(function, shared, jobs, workers, on_event)`` calls
+``function(shared, job, report)`` for every job and returns the results in job
+order. ``report(**info)`` sends progress from inside a job to ``on_event``.
+Another backend (e.g. a cluster scheduler) replaces this one function.
+
+With more than one worker, the workers are forked (``shared``, e.g. the
+features, is inherited copy-on-write, never pickled), each takes one job at a
+time from the parent (so nothing queued starts after an interrupt), dies with
+its parent (PR_SET_PDEATHSIG on Linux, a parent-pid watchdog elsewhere), and
+ignores Ctrl-C: the parent terminates the running jobs and keeps what finished.
+"""
+
+import ctypes
+import ctypes.util
+import multiprocessing
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid):
+    """Make this process end when ``parent_pid`` does."""
+    libc_name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
+    if libc_name and ctypes.CDLL(libc_name, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL) == 0:
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+        return
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _worker(function, shared, parent_pid, tasks, events):
+    die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
+    while True:
+        item = tasks.get()
+        if item is None:
+            return
+        index, job = item
+
+        def report(**info):
+            events.put(("progress", index, info))
+
+        try:
+            events.put(("done", index, function(shared, job, report)))
+        except BaseException as e:  # noqa: BLE001 (sent to the parent, which raises it)
+            text = "".join(traceback.format_exception(e))
+            try:
+                events.put(("error", index, (e, text)))
+            except Exception:  # an exception that does not pickle
+                events.put(("error", index, (RuntimeError(str(e)), text)))
+
+
+def _in_process(function, shared, jobs, on_event, keep):
+    results = []
+    for job in jobs:
+        result = function(shared, job, lambda **info: on_event("progress", job, info))
+        on_event("done", job, result)
+        results.append(result if keep else None)
+    return results
+
+
+def run_jobs(function, shared, jobs, workers, on_event=None, keep_results=True):
+    """Results of ``function(shared, job, report)`` for each of ``jobs`` (in
+    order), with ``workers`` processes (1: in this process). ``on_event(kind,
+    job, value)`` is called in this process with kind "progress" (value: the
+    info a job reported) and "done" (value: its result). A job's exception is
+    raised here after the other running jobs are stopped. ``keep_results=False``:
+    results are only given to ``on_event`` (e.g. written to a file), and None
+    returned for each."""
+    on_event = on_event or (lambda kind, job, value: None)
+    jobs = list(jobs)
+    if workers <= 1 or len(jobs) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return _in_process(function, shared, jobs, on_event, keep_results)
+    context = multiprocessing.get_context("fork")
+    tasks, events = context.SimpleQueue(), context.Queue()
+    args = (function, shared, os.getpid(), tasks, events)
+    processes = [context.Process(target=_worker, args=args, daemon=True) for _ in range(min(workers, len(jobs)))]
+    results, pending = {}, list(enumerate(jobs))
+    try:
+        for process in processes:
+            process.start()
+            tasks.put(pending.pop(0))
+        while len(results) < len(jobs):
+            try:
+                kind, index, value = events.get(timeout=1.0)
+            except queue.Empty:
+                dead = [p for p in processes if p.exitcode is not None]
+                if dead:
+                    raise RuntimeError(f"a worker process died (exit code {dead[0].exitcode}) during a run") from None
+                continue
+            if kind == "error":
+                error, text = value
+                raise error from RuntimeError(f"in the worker running {jobs[index]!r}:\n{text}")
+            if kind == "done":
+                results[index] = value if keep_results else None
+                if pending:
+                    tasks.put(pending.pop(0))
+            on_event(kind, jobs[index], value)
+        for _ in processes:
+            tasks.put(None)
+        for process in processes:
+            process.join()
+    finally:
+        stop(processes)
+    return [results[i] for i in range(len(jobs))]
+
+
+def stop(processes, grace=2.0):
+    """Terminate the processes still running (SIGTERM, then SIGKILL after ``grace`` s)."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + grace
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
