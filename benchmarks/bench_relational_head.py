@@ -8,7 +8,7 @@ if a trunk produced them) to the backward of the loss:
 
 * linear:     Linear(in, out) + ProxyAnchorLoss(C, out)
 * relational: RelationalEmbedder(in, out, K) + RelationalLoss(ProxyAnchorLoss(C, out),
-              branch_losses: ProxyAnchorLoss(C, out / K)), i.e. the DRML-PA objective
+              branch_losses: ProxyAnchorLoss(C, out / K), K, out), i.e. the DRML-PA objective
 * relational head + base loss only: the same head (training mode) + ProxyAnchorLoss(C, out)
               on its output, without the branch and reconstruction terms (the head's own cost)
 * linear / relational (eval forward): the embedder alone in eval mode, no grad (test-time cost)
@@ -42,7 +42,10 @@ def build(args):
     with torch.no_grad():  # a trained integrator: the relational path is not a no-op
         head.integrator.weight.add_(0.1 * torch.randn_like(head.integrator.weight))
     head_loss = RelationalLoss(
-        head, losses.ProxyAnchorLoss(C, D), branch_losses=lambda: losses.ProxyAnchorLoss(C, D // K)
+        losses.ProxyAnchorLoss(C, D),
+        branch_losses=lambda: losses.ProxyAnchorLoss(C, D // K),
+        num_branches=K,
+        embedding_size=D,
     )
     modules = [linear, linear_loss, head, head_loss]
     for m in modules:

@@ -68,7 +68,15 @@ def main():
     else:  # no parameters: the base loss serves the branches too; the miner's tuples are split by branch
         base_loss, branch_losses = losses.TripletMarginLoss(margin=0.2), None
         mining_funcs = {"tuple_miner": miners.TripletMarginMiner(margin=0.2, type_of_triplets="semihard")}
-    metric_loss = RelationalLoss(embedder, base_loss, branch_losses, representation_weight=10).to(device)
+    # the loss needs no reference to the head: the head's training-mode output carries its branch
+    # outputs (embeddings.branch_outputs); the loss only needs the head's shape
+    metric_loss = RelationalLoss(
+        base_loss,
+        branch_losses,
+        num_branches=args.num_branches,
+        embedding_size=128,
+        representation_weight=10,
+    ).to(device)
 
     models = {"trunk": trunk, "embedder": embedder}
     optimizers = {

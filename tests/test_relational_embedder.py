@@ -3,11 +3,12 @@
 import copy
 import io
 import pickle
+import weakref
 
 import pytest
 import torch
 
-from pml_fieldlosses.models import RelationalEmbedder
+from pml_fieldlosses.models import BranchOutputs, RelationalEmbedder, branch_outputs_of
 
 from .helpers import DTYPES, assert_close
 from .naive import nrm
@@ -108,7 +109,7 @@ def test_hand_computed_forward(score_bias, expected, dtype):
     features = torch.tensor([[3.0, 4.0, 0.0, 2.0]], dtype=dtype)
     embeddings = module(features)
     assert_close(embeddings, torch.tensor([expected], dtype=torch.float64), dtype)
-    outputs = module.branch_outputs(embeddings)
+    outputs = branch_outputs_of(embeddings)
     assert_close(outputs.nodes, torch.tensor([[[0.6, 0.8], [0.0, 1.0]]], dtype=torch.float64), dtype)
     assert_close(outputs.errors, torch.tensor([[8.0, 0.5]], dtype=torch.float64), dtype)
 
@@ -125,7 +126,7 @@ def test_forward_and_gradients_match_naive_loops(dtype, integrator):
             module.integrator.bias.zero_()
     features = torch.randn(7, 12, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
     embeddings = module(features)
-    outputs = module.branch_outputs(embeddings)
+    outputs = branch_outputs_of(embeddings)
     expected, expected_nodes, expected_errors = naive_forward(module, features)
     assert_close(embeddings, expected, dtype)
     assert_close(outputs.nodes, expected_nodes, dtype)
@@ -169,35 +170,37 @@ def test_batch_size_one():
         assert embeddings.shape == (1, 6)
         assert_close(embeddings, naive_forward(module, features)[0], torch.float32)
     module.train()
-    outputs = module.branch_outputs(module(features))
+    outputs = branch_outputs_of(module(features))
     assert outputs.nodes.shape == (1, 3, 2) and outputs.errors.shape == (1, 3)
 
 
-def test_eval_mode_is_a_plain_function_and_records_nothing():
+def test_eval_mode_is_a_plain_function_and_attaches_nothing():
     module = make_module().eval()
     features = torch.randn(4, 12)
     embeddings = module(features)
-    assert len(module.branch_output_cache) == 0
-    with pytest.raises(RuntimeError, match="no branch outputs"):
-        module.branch_outputs(embeddings)
+    assert not hasattr(embeddings, "branch_outputs")
+    with pytest.raises(RuntimeError, match="carry no branch outputs"):
+        branch_outputs_of(embeddings)
     module.train()
     torch.testing.assert_close(module(features), embeddings)
 
 
-def test_cache_follows_the_lifetime_of_the_output_and_is_bounded():
-    torch.manual_seed(0)
-    module = RelationalEmbedder(12, 6, 3, max_cached_forwards=3)
-    kept = [module(torch.randn(2, 12)) for _ in range(5)]
-    assert len(module.branch_output_cache) == 3
-    for k in range(2, 5):
-        module.branch_outputs(kept[k])
-    with pytest.raises(RuntimeError, match="no recent training-mode forward"):
-        module.branch_outputs(kept[0])
-    del kept
-    assert len(module.branch_output_cache) == 0
-    for _ in range(10):  # outputs dropped at once never accumulate
-        module(torch.randn(2, 12))
-    assert len(module.branch_output_cache) == 0
+def test_branch_outputs_travel_with_the_output_and_go_with_it():
+    module = make_module()
+    features = torch.randn(5, 12)
+    embeddings = module(features)
+    outputs = embeddings.branch_outputs
+    assert isinstance(outputs, BranchOutputs) and branch_outputs_of(embeddings) is outputs
+    assert outputs.nodes.shape == (5, 3, 2) and outputs.errors.shape == (5, 3)
+    assert outputs.version == embeddings._version
+    other = module(features[:2])
+    assert branch_outputs_of(other).nodes.shape[0] == 2 and branch_outputs_of(embeddings) is outputs
+    watched = weakref.ref(outputs.nodes)
+    del embeddings, outputs
+    assert watched() is None  # no cache: the outputs live exactly as long as the embeddings
+    for copy_of in [torch.Tensor.clone, torch.Tensor.detach, torch.Tensor.double, lambda t: t[1:]]:
+        with pytest.raises(RuntimeError, match="carry no branch outputs"):
+            branch_outputs_of(copy_of(other))
 
 
 def test_state_dict_round_trip():
@@ -220,13 +223,12 @@ def test_state_dict_round_trip():
     )
 
 
-def test_copy_and_pickle_mid_step_start_with_an_empty_cache():
+def test_copy_and_pickle_mid_step():
     module = make_module()
     embeddings = module(torch.randn(3, 12))
     for clone in [copy.deepcopy(module), pickle.loads(pickle.dumps(module))]:
-        assert len(clone.branch_output_cache) == 0
         torch.testing.assert_close(clone.eval()(torch.ones(2, 12)), module.eval()(torch.ones(2, 12)))
-    module.branch_outputs(embeddings)
+    branch_outputs_of(embeddings)
 
 
 def test_bfloat16_autocast():
@@ -234,7 +236,7 @@ def test_bfloat16_autocast():
     features = torch.randn(4, 12)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         embeddings = module(features)
-    outputs = module.branch_outputs(embeddings)
+    outputs = branch_outputs_of(embeddings)
     assert torch.isfinite(embeddings.float()).all() and torch.isfinite(outputs.errors.float()).all()
     torch.testing.assert_close(embeddings.float(), module.eval()(features), rtol=0.05, atol=0.05)
 
@@ -246,10 +248,6 @@ def test_bfloat16_autocast():
         (dict(in_features=12, embedding_size=8, num_branches=3), "embedding_size=8 must be divisible"),
         (dict(in_features=12, embedding_size=6, num_branches=0), "num_branches must be a positive integer"),
         (dict(in_features=12.0, embedding_size=6, num_branches=3), "in_features must be a positive integer"),
-        (
-            dict(in_features=12, embedding_size=6, num_branches=3, max_cached_forwards=0),
-            "max_cached_forwards must be",
-        ),
     ],
 )
 def test_bad_construction(kwargs, match):

@@ -6,16 +6,18 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pml_fieldlosses import losses
+from pytorch_metric_learning.losses import ProxyAnchorLoss
+
+from pml_fieldlosses.losses import RelationalLoss
 from pml_fieldlosses.models import RelationalEmbedder
 
 
 def build(num_classes, num_branches, branch_in, branch_size):
     embedder = RelationalEmbedder(num_branches * branch_in, num_branches * branch_size, num_branches)
-    loss_func = losses.RelationalLoss(
-        embedder,
-        losses.ProxyAnchorLoss(num_classes, embedder.embedding_size),
-        lambda: losses.ProxyAnchorLoss(num_classes, branch_size),
+    loss_func = RelationalLoss(
+        ProxyAnchorLoss(num_classes, embedder.embedding_size),
+        lambda: ProxyAnchorLoss(num_classes, branch_size),
+        num_branches,
     )
     return embedder, loss_func
 

@@ -11,7 +11,7 @@ from pytorch_metric_learning.losses import BaseMetricLossFunction
 
 from pml_fieldlosses.losses import MeanFieldContrastiveLoss
 from pml_fieldlosses.losses.relational_loss import RelationalLoss
-from pml_fieldlosses.models import RelationalEmbedder
+from pml_fieldlosses.models import RelationalEmbedder, branch_outputs_of
 
 from .helpers import DTYPES, assert_close
 
@@ -82,6 +82,8 @@ LOSS_CASES = {
     "ProxyAnchor": lambda: dict(
         base_loss=pml_losses.ProxyAnchorLoss(NUM_CLASSES, EMBEDDING_SIZE, margin=0.2, alpha=8),
         branch_losses=lambda: pml_losses.ProxyAnchorLoss(NUM_CLASSES, E, margin=0.2, alpha=8),
+        num_branches=K,
+        embedding_size=EMBEDDING_SIZE,
         representation_weight=10.0,
     ),
     "MeanFieldContrastive": lambda: dict(
@@ -89,14 +91,24 @@ LOSS_CASES = {
         branch_losses=[
             MeanFieldContrastiveLoss(NUM_CLASSES, E, pos_margin=0.1, neg_margin=0.9) for _ in range(K)
         ],
+        num_branches=K,
         reconstruction_weight=2.0,
     ),
     "MultiSimilarity_default_branches": lambda: dict(
-        base_loss=pml_losses.MultiSimilarityLoss(alpha=2, beta=10)
+        base_loss=pml_losses.MultiSimilarityLoss(alpha=2, beta=10),
+        num_branches=K,
+        embedding_size=EMBEDDING_SIZE,
+    ),
+    "CosFace_template_branch_loss": lambda: dict(
+        base_loss=pml_losses.CosFaceLoss(NUM_CLASSES, EMBEDDING_SIZE, scale=8),
+        branch_losses=pml_losses.CosFaceLoss(NUM_CLASSES, E, scale=8),
+        num_branches=K,
+        representation_weight=0.5,
     ),
     "CosFace_shared_branch_loss": lambda: dict(
         base_loss=pml_losses.CosFaceLoss(NUM_CLASSES, EMBEDDING_SIZE, scale=8),
-        branch_losses=pml_losses.CosFaceLoss(NUM_CLASSES, E, scale=8),
+        branch_losses=[pml_losses.CosFaceLoss(NUM_CLASSES, E, scale=8)] * K,
+        num_branches=K,
         representation_weight=0.5,
     ),
 }
@@ -112,7 +124,7 @@ def features_and_labels(dtype, seed=1):
 @pytest.mark.parametrize("case", LOSS_CASES)
 def test_loss_and_gradients_match_loop_composition(case, dtype):
     embedder = make_embedder(dtype)
-    loss_fn = RelationalLoss(embedder, **LOSS_CASES[case]()).to(dtype)
+    loss_fn = RelationalLoss(**LOSS_CASES[case]()).to(dtype)
     features, labels = features_and_labels(dtype)
     embeddings = embedder(features)
     loss = loss_fn(embeddings, labels)
@@ -120,7 +132,7 @@ def test_loss_and_gradients_match_loop_composition(case, dtype):
     grads = torch.autograd.grad(loss, inputs, allow_unused=True)
 
     embeddings = embedder(features)
-    nodes, errors = embedder.branch_outputs(embeddings)
+    nodes, errors, _ = branch_outputs_of(embeddings)
     expected = naive_relational_loss(loss_fn, embeddings, nodes, errors, labels)
     expected_grads = torch.autograd.grad(expected, inputs, allow_unused=True)
     assert loss.dtype == dtype
@@ -156,7 +168,7 @@ ROUTING = {
 @pytest.mark.parametrize("term", ROUTING)
 def test_gradient_routing_of_each_term(term):
     embedder = make_embedder(torch.float64)
-    loss_fn = RelationalLoss(embedder, **LOSS_CASES["ProxyAnchor"]()).double()
+    loss_fn = RelationalLoss(**LOSS_CASES["ProxyAnchor"]()).double()
     features, labels = features_and_labels(torch.float64)
     embeddings = embedder(features)
     value = loss_fn.compute_loss(embeddings, labels, None, embeddings, labels)[term]["losses"]
@@ -170,7 +182,7 @@ def test_gradient_routing_of_each_term(term):
 def test_edges_and_score_get_no_gradient_at_initialisation():
     torch.manual_seed(0)
     embedder = RelationalEmbedder(IN_FEATURES, EMBEDDING_SIZE, K)  # integrator [I | 0]
-    loss_fn = RelationalLoss(embedder, **LOSS_CASES["ProxyAnchor"]())
+    loss_fn = RelationalLoss(**LOSS_CASES["ProxyAnchor"]())
     features, labels = features_and_labels(torch.float32)
     loss_fn(embedder(features), labels).backward()
     for layer in [embedder.a_edges, embedder.b_edges, embedder.score]:
@@ -186,7 +198,7 @@ def test_trunk_gets_nothing_through_the_edges():
     with torch.no_grad():
         embedder.nodes.weight.zero_()
         embedder.nodes.bias.normal_()
-    loss_fn = RelationalLoss(embedder, **LOSS_CASES["ProxyAnchor"]()).double()
+    loss_fn = RelationalLoss(**LOSS_CASES["ProxyAnchor"]()).double()
     features, labels = features_and_labels(torch.float64)
     loss = loss_fn(embedder(features), labels)
     (grad,) = torch.autograd.grad(loss, [features], allow_unused=True)
@@ -214,9 +226,9 @@ def test_assignment_ties_and_empty_branch():
         embedder.decoders.bias.zero_()
     branch_losses = [RecordingLoss() for _ in range(3)]
     loss_fn = RelationalLoss(
-        embedder,
         RecordingLoss(),
         branch_losses,
+        num_branches=3,
         representation_weight=0,
         reconstruction_weight=0,
         collect_stats=True,
@@ -225,7 +237,7 @@ def test_assignment_ties_and_empty_branch():
     labels = torch.tensor([0, 1, 2, 3, 4])
     # errors: [1,4,9] -> 0; [4,1,9] -> 1; [1,1,9] tie -> 0; [4,4,4] tie -> 0; [9,1,1] tie -> 1; branch 2 empty
     embeddings = embedder(features)
-    nodes = embedder.branch_outputs(embeddings).nodes
+    nodes = branch_outputs_of(embeddings).nodes
     loss = loss_fn(embeddings, labels)
     members = {0: [0, 2, 3], 1: [1, 4], 2: []}
     for k, recorder in enumerate(branch_losses):
@@ -245,7 +257,7 @@ def test_assignment_ties_and_empty_branch():
 
 def test_all_samples_in_one_branch_and_batch_size_one():
     embedder = make_embedder()
-    loss_fn = RelationalLoss(embedder, **LOSS_CASES["ProxyAnchor"]())
+    loss_fn = RelationalLoss(**LOSS_CASES["ProxyAnchor"]())
     features, labels = features_and_labels(torch.float32)
     for x, y in [(features[:1], labels[:1]), (features[:4], labels[:4])]:
         with torch.no_grad():  # make branch 1 reconstruct best for every sample
@@ -253,7 +265,7 @@ def test_all_samples_in_one_branch_and_batch_size_one():
             embedder.decoders.bias.fill_(100.0)
             embedder.decoders.bias[1].zero_()
         embeddings = embedder(x)
-        nodes, errors = embedder.branch_outputs(embeddings)
+        nodes, errors, _ = branch_outputs_of(embeddings)
         assert errors.argmin(dim=1).eq(1).all()
         loss = loss_fn(embeddings, y)
         assert_close(loss, naive_relational_loss(loss_fn, embeddings, nodes, errors, y), torch.float32)
@@ -276,13 +288,13 @@ def test_miner_tuples(case, on):
     base_loss, miner = miner_cases()[case]
     embedder = make_embedder(torch.float64)
     branch_miner = miner if on == "branch_nodes" else None
-    loss_fn = RelationalLoss(embedder, base_loss, branch_miner=branch_miner).double()
+    loss_fn = RelationalLoss(base_loss, branch_miner=branch_miner, num_branches=K).double()
     features, labels = features_and_labels(torch.float64)
     embeddings = embedder(features)
     indices_tuple = miner(embeddings, labels)
     assert len(indices_tuple[0]) > 0
     loss = loss_fn(embeddings, labels, indices_tuple)
-    nodes, errors = embedder.branch_outputs(embeddings)
+    nodes, errors, _ = branch_outputs_of(embeddings)
     expected = naive_relational_loss(loss_fn, embeddings, nodes, errors, labels, indices_tuple, branch_miner)
     assert_close(loss, expected, torch.float64)
     inputs = [features] + list(embedder.parameters())
@@ -296,7 +308,7 @@ def test_miner_tuples(case, on):
 
 def test_several_forwards_and_eval_forwards_before_the_loss():
     embedder = make_embedder()
-    loss_fn = RelationalLoss(embedder, **LOSS_CASES["ProxyAnchor"]())
+    loss_fn = RelationalLoss(**LOSS_CASES["ProxyAnchor"]())
     fresh_embedder, fresh_loss = copy.deepcopy((embedder, loss_fn))
     features, labels = features_and_labels(torch.float32)
     batches = [(features[:7], labels[:7]), (features[7:], labels[7:]), (features, labels)]
@@ -305,33 +317,75 @@ def test_several_forwards_and_eval_forwards_before_the_loss():
     outputs = [embedder(x) for x, _ in batches]
     embedder.eval()
     eval_outputs = embedder(features)
+    assert not hasattr(eval_outputs, "branch_outputs")
     tester = testers.BaseTester(dataloader_num_workers=0, data_device=torch.device("cpu"))
     dataset = torch.utils.data.TensorDataset(features.detach(), labels)
     tester.get_all_embeddings(dataset, torch.nn.Identity(), embedder)
     embedder.train()
     for (_, y), embeddings, value in reversed(list(zip(batches, outputs, expected))):
         assert_close(loss_fn(embeddings, y), value, torch.float32)
-    with pytest.raises(RuntimeError, match="no recent training-mode forward"):
+    with pytest.raises(RuntimeError, match="carry no branch outputs"):
         loss_fn(eval_outputs, labels)
 
 
-def test_errors():
+def gathered_like_ddp(embeddings):
+    """What PML's DistributedLossWrapper hands the loss: the batches of all ranks
+    (here two copies of this one) gathered into a new tensor."""
+    return torch.cat([embeddings, embeddings.detach()])
+
+
+def test_errors_for_tensors_other_than_the_training_output():
     embedder = make_embedder()
-    loss_fn = RelationalLoss(embedder, **LOSS_CASES["ProxyAnchor"]())
+    loss_fn = RelationalLoss(**LOSS_CASES["ProxyAnchor"]())
     features, labels = features_and_labels(torch.float32)
-    with pytest.raises(RuntimeError, match="no branch outputs: call the RelationalEmbedder in training mode"):
+    with pytest.raises(RuntimeError, match="carry no branch outputs .* training-mode forward"):
         loss_fn(torch.randn(len(LABELS), EMBEDDING_SIZE), labels)
     embeddings = embedder(features)
-    for modified in [embeddings.clone(), embeddings * 1.0, torch.nn.functional.normalize(embeddings)]:
-        with pytest.raises(RuntimeError, match="Pass the embedder's output tensor itself"):
-            loss_fn(modified, labels)
+    two_ranks = torch.cat([labels, labels])
+    for modified, modified_labels in [
+        (embeddings.clone(), labels),
+        (embeddings * 1.0, labels),
+        (torch.nn.functional.normalize(embeddings), labels),
+        (embeddings.detach(), labels),
+        (embeddings[:5], labels[:5]),
+        (embeddings.double(), labels),
+        (embeddings.to(torch.bfloat16), labels),
+        (gathered_like_ddp(embeddings), two_ranks),
+    ]:
+        with pytest.raises(RuntimeError, match="carry no branch outputs"):
+            loss_fn(modified, modified_labels)
+    # no-op casts return the tensor itself (branch outputs included)
+    assert embeddings.float() is embeddings and embeddings.to("cpu") is embeddings
     with pytest.raises(ValueError, match="does not support ref_emb"):
         loss_fn(embeddings, labels, ref_emb=embeddings.detach(), ref_labels=labels)
     with pytest.raises(ValueError, match="labels are required"):
         loss_fn(embeddings)
     with pytest.raises(ValueError, match="dimension 8"):
         loss_fn(torch.randn(3, 8), labels[:3])
-    loss_fn(embeddings, labels)  # the failed calls disturbed nothing
+    value = loss_fn(embeddings, labels)  # the failed calls disturbed nothing
+    nodes, errors, _ = branch_outputs_of(embeddings)
+    assert_close(value, naive_relational_loss(loss_fn, embeddings, nodes, errors, labels), torch.float32)
+    with torch.no_grad():  # an in-place change makes the branch outputs stale
+        embeddings.mul_(2)
+    with pytest.raises(RuntimeError, match="modified in place"):
+        loss_fn(embeddings, labels)
+
+
+def test_head_and_loss_must_agree_on_the_branches():
+    torch.manual_seed(0)
+    for head, match in [
+        (RelationalEmbedder(IN_FEATURES, EMBEDDING_SIZE, 1), "with 1 branches of size 9"),
+        (RelationalEmbedder(IN_FEATURES, 6, 3), "dimension 6, but the loss was built with embedding_size=9"),
+    ]:
+        loss_fn = RelationalLoss(**LOSS_CASES["ProxyAnchor"]())
+        with pytest.raises(ValueError, match=match):
+            loss_fn(head(torch.randn(4, IN_FEATURES)), torch.tensor([0, 1, 2, 3]))
+    # sizes unknown at construction (a base loss without embedding_size): checked at the call
+    loss_fn = RelationalLoss(
+        pml_losses.TripletMarginLoss(), lambda: MeanFieldContrastiveLoss(4, 5), num_branches=K
+    )
+    with pytest.raises(ValueError, match=r"branch_losses\[0\] was built with embedding_size=5, .* size 3"):
+        loss_fn(make_embedder()(torch.randn(4, IN_FEATURES)), torch.tensor([0, 1, 2, 3]))
 
 
 SHARED_PROXY_ANCHOR = pml_losses.ProxyAnchorLoss(NUM_CLASSES, EMBEDDING_SIZE)
@@ -369,16 +423,9 @@ SHARED_PROXY_ANCHOR = pml_losses.ProxyAnchorLoss(NUM_CLASSES, EMBEDDING_SIZE)
             ValueError,
             r"branch_losses\[0\] was built with embedding_size=9, but it receives embeddings of size 3",
         ),
-        (
-            dict(
-                base_loss=MeanFieldContrastiveLoss(4, 3), branch_losses=lambda: MeanFieldContrastiveLoss(4, 3)
-            ),
-            ValueError,
-            "base_loss was built with embedding_size=3",
-        ),
         (dict(base_loss=torch.nn.functional.mse_loss), TypeError, "base_loss must be a loss module"),
         (
-            dict(base_loss=SHARED_PROXY_ANCHOR, branch_losses=SHARED_PROXY_ANCHOR),
+            dict(base_loss=SHARED_PROXY_ANCHOR, branch_losses=[SHARED_PROXY_ANCHOR] * K),
             ValueError,
             r"branch_losses\[0\] shares parameters with base_loss",
         ),
@@ -393,36 +440,62 @@ SHARED_PROXY_ANCHOR = pml_losses.ProxyAnchorLoss(NUM_CLASSES, EMBEDDING_SIZE)
             "reconstruction_weight must be >= 0",
         ),
         (
+            dict(base_loss=pml_losses.TripletMarginLoss(), representation_weight=float("inf")),
+            ValueError,
+            "representation_weight must be",
+        ),
+        (
             dict(base_loss=pml_losses.TripletMarginLoss(), distance=None),
             ValueError,
             "set the distance on base_loss",
+        ),
+        (dict(base_loss=pml_losses.TripletMarginLoss(), num_branches=0), ValueError, "num_branches must"),
+        (dict(base_loss=pml_losses.TripletMarginLoss(), num_branches=2.0), ValueError, "num_branches must"),
+        (
+            dict(base_loss=pml_losses.TripletMarginLoss(), embedding_size=10),
+            ValueError,
+            "embedding_size=10 must be divisible by num_branches=3",
+        ),
+        (
+            dict(base_loss=pml_losses.TripletMarginLoss(), embedding_size=-3),
+            ValueError,
+            "embedding_size must be a positive integer",
+        ),
+        (
+            dict(base_loss=MeanFieldContrastiveLoss(4, 9), embedding_size=12),
+            ValueError,
+            "base_loss was built with embedding_size=9, but it receives embeddings of size 12",
         ),
     ],
 )
 def test_bad_construction(kwargs, error, match):
     with pytest.raises(error, match=match):
-        RelationalLoss(make_embedder(), **kwargs)
+        RelationalLoss(**{"num_branches": K, **kwargs})
 
 
 def test_data_parallel_on_one_device_passes_the_output_through():
     embedder = make_embedder()
     wrapped = torch.nn.DataParallel(embedder)  # on CPU / one GPU it calls the module directly
-    loss_fn = RelationalLoss(wrapped, **LOSS_CASES["ProxyAnchor"]())
+    loss_fn = RelationalLoss(**LOSS_CASES["ProxyAnchor"]())
     features, labels = features_and_labels(torch.float32)
     embeddings = wrapped(features)
-    nodes, errors = embedder.branch_outputs(embeddings)
+    nodes, errors, _ = branch_outputs_of(embeddings)
     expected = naive_relational_loss(loss_fn, embeddings, nodes, errors, labels)
     assert_close(loss_fn(embeddings, labels), expected, torch.float32)
 
 
-def test_embedder_must_be_a_relational_embedder():
-    with pytest.raises(TypeError, match="embedder must be a RelationalEmbedder"):
-        RelationalLoss(torch.nn.Linear(12, 9), pml_losses.TripletMarginLoss())
+def test_takes_no_embedder():
+    for args, kwargs in [
+        ((make_embedder(), pml_losses.TripletMarginLoss()), {}),
+        ((pml_losses.TripletMarginLoss(),), {"embedder": make_embedder()}),
+    ]:
+        with pytest.raises(TypeError, match="takes no embedder .* num_branches=embedder.num_branches"):
+            RelationalLoss(*args, **kwargs)
 
 
 def test_parameters_state_dict_and_records():
     embedder = make_embedder()
-    loss_fn = RelationalLoss(embedder, **LOSS_CASES["ProxyAnchor"]())
+    loss_fn = RelationalLoss(**LOSS_CASES["ProxyAnchor"]())
     params = list(loss_fn.parameters())
     assert len(params) == 1 + K  # the base loss's and each branch loss's proxies, none of the embedder's
     assert {p.shape for p in params} == {(NUM_CLASSES, EMBEDDING_SIZE), (NUM_CLASSES, E)}
@@ -431,21 +504,25 @@ def test_parameters_state_dict_and_records():
 
     buffer = io.BytesIO()
     torch.save(loss_fn.state_dict(), buffer)
-    restored = RelationalLoss(embedder, **LOSS_CASES["ProxyAnchor"]())
+    restored = RelationalLoss(**LOSS_CASES["ProxyAnchor"]())
     restored.load_state_dict(torch.load(io.BytesIO(buffer.getvalue())))
     features, labels = features_and_labels(torch.float32)
     embeddings = embedder(features)
     torch.testing.assert_close(restored(embeddings, labels), loss_fn(embeddings, labels))
 
-    shared = RelationalLoss(embedder, **LOSS_CASES["CosFace_shared_branch_loss"]())
+    shared = RelationalLoss(**LOSS_CASES["CosFace_shared_branch_loss"]())
     assert len(list(shared.parameters())) == 2
-    default = RelationalLoss(embedder, pml_losses.TripletMarginLoss())
+    template = RelationalLoss(**LOSS_CASES["CosFace_template_branch_loss"]())
+    copies = [template.branch_loss_of(k).W for k in range(K)]
+    assert len(list(template.parameters())) == 1 + K and len({id(w) for w in copies}) == K
+    assert all(torch.equal(w, copies[0]) for w in copies)  # each branch starts from the template's values
+    default = RelationalLoss(pml_losses.TripletMarginLoss(), num_branches=K)
     assert all(loss is default.base_loss for loss in default.branch_losses.values())
 
 
 def test_bfloat16_autocast():
     embedder = make_embedder()
-    loss_fn = RelationalLoss(embedder, **LOSS_CASES["ProxyAnchor"]())
+    loss_fn = RelationalLoss(**LOSS_CASES["ProxyAnchor"]())
     features, labels = features_and_labels(torch.float32)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         embeddings = embedder(features)

@@ -92,7 +92,7 @@ def test_metric_loss_only_beats_the_untrained_model(case):
     base_loss, branch_loss, miner = BASE_LOSSES[case]
     models = make_models()
     loss_funcs = {
-        "metric_loss": RelationalLoss(models["embedder"], base_loss(), branch_loss, representation_weight=10)
+        "metric_loss": RelationalLoss(base_loss(), branch_loss, NUM_BRANCHES, representation_weight=10)
     }
     mining_funcs = {"tuple_miner": miner()} if miner else {}
     trainer = trainers.MetricLossOnly(
@@ -116,7 +116,7 @@ def test_train_with_classifier():
     models["classifier"] = torch.nn.Linear(EMBEDDING_SIZE, NUM_CLASSES)
     classifier_before = models["classifier"].weight.detach().clone()
     loss_funcs = {
-        "metric_loss": RelationalLoss(models["embedder"], **loss_funcs_kwargs()),
+        "metric_loss": RelationalLoss(**loss_funcs_kwargs()),
         "classifier_loss": torch.nn.CrossEntropyLoss(),
     }
     trainer = trainers.TrainWithClassifier(
@@ -149,7 +149,7 @@ def test_logging_hooks_subset_miner_and_model_saving(tmp_path):
     model_folder = tmp_path / "models"
     models = make_models()
     loss_funcs = {
-        "metric_loss": RelationalLoss(models["embedder"], **loss_funcs_kwargs(), collect_stats=True)
+        "metric_loss": RelationalLoss(**loss_funcs_kwargs(), collect_stats=True)
     }
     subset_miner = FirstSamples(48, models["embedder"])
     trainer = trainers.MetricLossOnly(
@@ -178,7 +178,7 @@ def test_logging_hooks_subset_miner_and_model_saving(tmp_path):
     assert len(hooks.get_accuracy_history(tester, "val")["epoch"]) == 2
 
     restored = make_models()
-    restored_losses = {"metric_loss": RelationalLoss(restored["embedder"], **loss_funcs_kwargs())}
+    restored_losses = {"metric_loss": RelationalLoss(**loss_funcs_kwargs())}
     restored_trainer = trainers.MetricLossOnly(
         restored, make_optimizers(restored, restored_losses), 64, restored_losses, TRAIN, data_device=CPU
     )
@@ -214,4 +214,5 @@ def loss_funcs_kwargs():
     return dict(
         base_loss=pml_losses.ProxyAnchorLoss(NUM_CLASSES, EMBEDDING_SIZE),
         branch_losses=lambda: pml_losses.ProxyAnchorLoss(NUM_CLASSES, BRANCH_SIZE),
+        num_branches=NUM_BRANCHES,
     )

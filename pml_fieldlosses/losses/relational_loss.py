@@ -1,8 +1,10 @@
+import copy
+
 import torch
 from pytorch_metric_learning.losses import BaseMetricLossFunction
 from pytorch_metric_learning.utils import common_functions as c_f
 
-from ..models.relational_embedder import RelationalEmbedder
+from ..models.relational_embedder import RelationalEmbedder, branch_outputs_of
 from ..utils import checks
 from ..utils.loss_utils import upcast_half
 
@@ -18,17 +20,20 @@ class RelationalLoss(BaseMetricLossFunction):
 
     A sample is assigned to the branch with the smallest reconstruction error
     (ties -> lowest branch index; not differentiated); an empty branch adds 0.
-    The branch nodes and reconstruction errors are those the embedder recorded
-    for ``embeddings`` in its training-mode forward (looked up by the identity
-    of the tensor), so the loss must receive the embedder's output unchanged.
+    The branch nodes and reconstruction errors travel with the embeddings: a
+    training-mode forward of RelationalEmbedder attaches them to its output as
+    ``embeddings.branch_outputs``, so the loss must receive that output tensor
+    itself (any copy, cast or slice of it has none: a clear error).
 
-    base_loss sees embeddings of size embedder.embedding_size, the branch
-    losses embeddings of size embedder.branch_size. branch_losses is
-    None (base_loss is used for the branches too; only for a loss without
-    parameters or buffers), a loss module (shared by all branches), a list of
-    num_branches losses, or a function with no arguments that returns a new
-    loss (called once per branch), e.g.
-    ``lambda: ProxyAnchorLoss(num_classes, embedder.branch_size)``.
+    num_branches is the head's number of branches K; embedding_size its output
+    size K * E (None: base_loss.embedding_size if it has one, else unchecked).
+    base_loss sees the embeddings (size K * E), the branch losses the nodes
+    (size E). branch_losses is None (base_loss is used for the branches too;
+    only for a loss without parameters or buffers), one loss module (a
+    template: each branch gets its own deep copy), a list of num_branches
+    losses (the same module K times shares it), or a function with no
+    arguments that returns a new loss (called once per branch), e.g.
+    ``lambda: ProxyAnchorLoss(num_classes, embedding_size // num_branches)``.
 
     indices_tuple (from a miner on the embeddings) goes to base_loss unchanged.
     Branch k gets the tuples whose samples all lie in branch k, re-indexed
@@ -38,9 +43,10 @@ class RelationalLoss(BaseMetricLossFunction):
 
     def __init__(
         self,
-        embedder,
         base_loss,
         branch_losses=None,
+        num_branches=4,
+        embedding_size=None,
         representation_weight=1.0,
         reconstruction_weight=1.0,
         branch_miner=None,
@@ -48,37 +54,48 @@ class RelationalLoss(BaseMetricLossFunction):
     ):
         if "distance" in kwargs:
             raise ValueError("RelationalLoss has no distance of its own: set the distance on base_loss")
+        if "embedder" in kwargs or isinstance(base_loss, RelationalEmbedder):
+            raise TypeError(
+                "RelationalLoss takes no embedder (its first argument is base_loss): the RelationalEmbedder "
+                "attaches its branch outputs to the embeddings it returns; pass num_branches and "
+                "embedding_size instead, e.g. RelationalLoss(base_loss, branch_losses, "
+                "num_branches=embedder.num_branches, embedding_size=embedder.embedding_size)"
+            )
         super().__init__(**kwargs)
-        if isinstance(embedder, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
-            embedder = embedder.module
-        if not isinstance(embedder, RelationalEmbedder):
-            raise TypeError(f"embedder must be a RelationalEmbedder, got {type(embedder).__name__}")
         if not isinstance(base_loss, torch.nn.Module):
             raise TypeError(f"base_loss must be a loss module, got {type(base_loss).__name__}")
+        checks.check_positive_int("num_branches", num_branches)
+        if embedding_size is None:
+            embedding_size = declared_size(base_loss)
+        if embedding_size is not None:
+            checks.check_positive_int("embedding_size", embedding_size)
+            if embedding_size % num_branches != 0:
+                raise ValueError(
+                    f"embedding_size={embedding_size} must be divisible by num_branches={num_branches}: "
+                    "it is the head's output size, num_branches * branch_size"
+                )
         checks.check_non_negative("representation_weight", representation_weight)
         checks.check_non_negative("reconstruction_weight", reconstruction_weight)
-        self.num_branches = embedder.num_branches
-        self.branch_size = embedder.branch_size
-        self.embedding_size = embedder.embedding_size
-        # a plain object, not a submodule: the embedder's parameters stay out of loss.parameters()
-        self.branch_output_cache = embedder.branch_output_cache
-        self.representation_weight = representation_weight
-        self.reconstruction_weight = reconstruction_weight
+        self.num_branches = num_branches
+        self.embedding_size = embedding_size
+        self.branch_size = None if embedding_size is None else embedding_size // num_branches
+        self.representation_weight = float(representation_weight)
+        self.reconstruction_weight = float(reconstruction_weight)
         self.base_loss = base_loss
+        check_size_attribute("base_loss", base_loss, self.embedding_size)
         # a ModuleDict keyed "branch_k": record-keeper names its tables after these keys, and
         # ModuleList's "0", "1", ... give table names that sqlite refuses
         self.branch_losses = torch.nn.ModuleDict(
             {f"branch_{k}": loss for k, loss in enumerate(self.build_branch_losses(base_loss, branch_losses))}
         )
         self.branch_miner = branch_miner
-        check_size_attribute("base_loss", base_loss, self.embedding_size)
         base_parameters = {id(p) for p in base_loss.parameters()}
         for k in range(self.num_branches):
             check_size_attribute(f"branch_losses[{k}]", self.branch_loss_of(k), self.branch_size)
             if any(id(p) in base_parameters for p in self.branch_loss_of(k).parameters()):
                 raise ValueError(
-                    f"branch_losses[{k}] shares parameters with base_loss, but base_loss sees embeddings of "
-                    f"size {self.embedding_size} and the branch losses of size {self.branch_size}"
+                    f"branch_losses[{k}] shares parameters with base_loss, but base_loss sees the embeddings "
+                    "and the branch losses the branch nodes, of a different size"
                 )
         self.add_to_recordable_attributes(
             list_of_names=["num_branches", "representation_weight", "reconstruction_weight"], is_stat=False
@@ -91,15 +108,15 @@ class RelationalLoss(BaseMetricLossFunction):
         K = self.num_branches
         if branch_losses is None:
             if has_state(base_loss):
+                size = "embedding_size // num_branches" if self.branch_size is None else self.branch_size
                 raise ValueError(
                     f"base_loss ({type(base_loss).__name__}) has parameters or buffers sized for the full "
-                    f"embedding ({self.embedding_size}); the branches need losses for embeddings of size "
-                    f"{self.branch_size}: pass branch_losses, e.g. branch_losses=lambda: "
-                    f"{type(base_loss).__name__}(..., embedding_size={self.branch_size}, ...)"
+                    "embedding; the branches need losses for the branch nodes: pass branch_losses, e.g. "
+                    f"branch_losses={type(base_loss).__name__}(..., embedding_size={size}, ...)"
                 )
             return [base_loss] * K
-        if isinstance(branch_losses, torch.nn.Module):
-            return [branch_losses] * K
+        if isinstance(branch_losses, torch.nn.Module):  # a template: one independent copy per branch
+            return [copy.deepcopy(branch_losses) for _ in range(K)]
         if callable(branch_losses):
             losses = [branch_losses() for _ in range(K)]
         elif isinstance(branch_losses, (list, tuple)):
@@ -117,15 +134,15 @@ class RelationalLoss(BaseMetricLossFunction):
         return losses
 
     def forward(self, embeddings, labels=None, indices_tuple=None, ref_emb=None, ref_labels=None):
-        """PML's forward, except that the branch outputs are looked up (by the identity of
-        ``embeddings``) before half-precision inputs are upcast: the losses and the
-        reduction run in at least float32 with autocast off."""
+        """PML's forward, except that the branch outputs are taken from ``embeddings``
+        before half-precision inputs are upcast: the losses and the reduction run in at
+        least float32 with autocast off."""
         checks.check_embeddings(embeddings, self.embedding_size)
         # the base loss's num_classes, if it has one (PML's proxy losses don't check their labels)
         checks.check_labels(labels, embeddings, getattr(self.base_loss, "num_classes", None))
         if ref_emb is not None or ref_labels is not None:
             raise ValueError("RelationalLoss does not support ref_emb/ref_labels")
-        nodes, errors = self.branch_output_cache.find(embeddings)
+        nodes, errors = self.branch_outputs(embeddings)
         self.reset_stats()
         labels = c_f.to_device(labels, embeddings)
         with torch.autocast(embeddings.device.type, enabled=False):
@@ -138,8 +155,22 @@ class RelationalLoss(BaseMetricLossFunction):
         """PML's hook: the loss dict of the three weighted terms for ``embeddings``,
         an output of the embedder's training-mode forward."""
         c_f.ref_not_supported(embeddings, labels, ref_emb, ref_labels)
-        nodes, errors = self.branch_output_cache.find(embeddings)
+        nodes, errors = self.branch_outputs(embeddings)
         return self.loss_terms(embeddings, nodes, errors, labels, indices_tuple)
+
+    def branch_outputs(self, embeddings):
+        """(nodes, errors) attached to ``embeddings`` by the head, checked against num_branches."""
+        nodes, errors, _ = branch_outputs_of(embeddings)
+        K, E = nodes.shape[1:]
+        if K != self.num_branches or K * E != embeddings.shape[1]:
+            raise ValueError(
+                f"embeddings come from a RelationalEmbedder with {K} branches of size {E} (embedding size "
+                f"{embeddings.shape[1]}), but the loss was built with num_branches={self.num_branches}"
+            )
+        if self.branch_size is None:  # sizes unknown at construction: check the branch losses now
+            for k in range(K):
+                check_size_attribute(f"branch_losses[{k}]", self.branch_loss_of(k), E)
+        return nodes, errors
 
     def loss_terms(self, embeddings, nodes, errors, labels, indices_tuple):
         branch_loss = self.branch_loss(nodes, errors, labels, indices_tuple)
@@ -205,9 +236,16 @@ def has_state(module):
     return any(True for _ in module.parameters()) or any(True for _ in module.buffers())
 
 
-def check_size_attribute(name, loss, expected):
+def declared_size(loss):
+    """The loss's ``embedding_size`` attribute if it is a positive int (our losses have
+    one; PML's store none, or 0), else None."""
     size = getattr(loss, "embedding_size", None)
-    if isinstance(size, int) and size != expected:
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+
+def check_size_attribute(name, loss, expected):
+    size = declared_size(loss)
+    if expected is not None and size is not None and size != expected:
         raise ValueError(
             f"{name} was built with embedding_size={size}, but it receives embeddings of size {expected}"
         )

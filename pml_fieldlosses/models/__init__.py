@@ -1,5 +1,5 @@
 """Embedder modules to use as PML's ``models["embedder"]``."""
 
-from .relational_embedder import BranchOutputs, RelationalEmbedder
+from .relational_embedder import BranchOutputs, RelationalEmbedder, branch_outputs_of
 
-__all__ = ["BranchOutputs", "RelationalEmbedder"]
+__all__ = ["BranchOutputs", "RelationalEmbedder", "branch_outputs_of"]

@@ -1,18 +1,51 @@
 import collections
 import math
-import weakref
 
 import torch
 
 from ..utils import checks
 
-BranchOutputs = collections.namedtuple("BranchOutputs", ["nodes", "errors"])
-BranchOutputs.__doc__ = """Side outputs of one training-mode forward of a RelationalEmbedder.
+BranchOutputs = collections.namedtuple("BranchOutputs", ["nodes", "errors", "version"])
+BranchOutputs.__doc__ = """Side outputs of one training-mode forward of a RelationalEmbedder,
+attached to the embeddings it returns as ``embeddings.branch_outputs``.
 
 nodes: (batch_size, num_branches, branch_size), the unit-norm branch nodes n_k
 (differentiable w.r.t. the trunk and the node layers).
 errors: (batch_size, num_branches), the per-sample reconstruction errors e_k
-(differentiable w.r.t. the decoders only)."""
+(differentiable w.r.t. the decoders only).
+version: the embeddings' ``_version`` when they were made; an in-place change
+of the embeddings makes the outputs stale (branch_outputs_of refuses them)."""
+
+NO_BRANCH_OUTPUTS = (
+    "{name} carry no branch outputs (no `branch_outputs` attribute). RelationalLoss needs the output "
+    "tensor of a training-mode forward of a RelationalEmbedder itself (embedder.train()): eval-mode "
+    "outputs carry none, nor does any new tensor made from the output: a copy, slice, detach, a cast "
+    "to another dtype or device, a normalised version, DDP's gathered batch (DistributedLossWrapper) "
+    "or the gathered output of DataParallel over several GPUs. Under DDP, call RelationalLoss on each "
+    "rank's own batch."
+)
+
+
+def branch_outputs_of(embeddings, name="embeddings"):
+    """The BranchOutputs a training-mode forward of RelationalEmbedder attached to
+    ``embeddings`` (``embeddings.branch_outputs``); a RuntimeError saying which
+    tensor is needed if there are none or the embeddings changed in place since."""
+    outputs = getattr(embeddings, "branch_outputs", None)
+    if not isinstance(outputs, BranchOutputs):
+        raise RuntimeError(NO_BRANCH_OUTPUTS.format(name=name))
+    if embeddings._version != outputs.version:
+        raise RuntimeError(
+            f"{name} were modified in place after the RelationalEmbedder's forward (tensor version "
+            f"{embeddings._version}, {outputs.version} when made): their branch outputs no longer "
+            "match them. Modify a copy instead (e.g. embeddings * 2, not embeddings.mul_(2))."
+        )
+    nodes, errors = outputs.nodes, outputs.errors
+    if nodes.ndim != 3 or errors.shape != nodes.shape[:2] or nodes.shape[0] != len(embeddings):
+        raise RuntimeError(
+            f"{name}.branch_outputs do not fit {name} of shape {tuple(embeddings.shape)}: nodes "
+            f"{tuple(nodes.shape)}, errors {tuple(errors.shape)} (expected (batch, K, E) and (batch, K))"
+        )
+    return outputs
 
 
 class BranchLinear(torch.nn.Module):
@@ -42,50 +75,6 @@ class BranchLinear(torch.nn.Module):
         return (x * folded).sum(dim=-1) + self.bias.matmul(direction)
 
 
-class BranchOutputCache:
-    """Maps each embedding tensor made by a training-mode forward to its BranchOutputs.
-
-    Entries are keyed by the identity of the embedding tensor and held through a
-    weak reference: an entry disappears with its embedding tensor, and at most
-    ``max_entries`` live entries are kept (the oldest is dropped first). It is never
-    copied or pickled with its owner (a copy starts empty).
-    """
-
-    def __init__(self, max_entries):
-        checks.check_positive_int("max_entries", max_entries)
-        self.max_entries = max_entries
-        self.entries = collections.OrderedDict()
-
-    def add(self, embeddings, outputs):
-        key = id(embeddings)
-        self.entries[key] = (weakref.ref(embeddings, lambda _, key=key: self.entries.pop(key, None)), outputs)
-        while len(self.entries) > self.max_entries:
-            self.entries.popitem(last=False)
-
-    def find(self, embeddings):
-        ref, outputs = self.entries.get(id(embeddings), (None, None))
-        if ref is not None and ref() is embeddings:
-            return outputs
-        if not self.entries:
-            raise RuntimeError(
-                "RelationalLoss found no branch outputs: call the RelationalEmbedder in training mode "
-                "(embedder.train()) on the batch before calling the loss. Eval-mode forwards record nothing."
-            )
-        raise RuntimeError(
-            "RelationalLoss received embeddings that no recent training-mode forward of its "
-            f"RelationalEmbedder produced (the last {self.max_entries} live outputs are kept). Pass the "
-            "embedder's output tensor itself: a copy, slice, cast or normalised version of it, or the "
-            "output of an eval-mode forward, has no branch outputs. Under DDP, call RelationalLoss on "
-            "each rank's own batch: DistributedLossWrapper's gathered batch is such a copy."
-        )
-
-    def __len__(self):
-        return len(self.entries)
-
-    def __getstate__(self):
-        return {"max_entries": self.max_entries, "entries": collections.OrderedDict()}
-
-
 # "Deep Relational Metric Learning" (Zheng et al., ICCV 2021); official code:
 # zbr17/DRML, src/drml/models/relation_embedder.py
 class RelationalEmbedder(torch.nn.Module):
@@ -106,17 +95,16 @@ class RelationalEmbedder(torch.nn.Module):
 
     The integrator starts at [I | 0], so at initialisation the output is the
     concatenation of the normalised nodes. In eval mode the module is a plain
-    features -> embeddings function. In training mode it also records the
-    branch nodes and reconstruction errors (BranchOutputs) for the output
-    tensor in ``branch_output_cache``, where RelationalLoss finds them.
+    features -> embeddings function. In training mode it also attaches the
+    branch nodes and reconstruction errors to the output tensor, as
+    ``embeddings.branch_outputs`` (a BranchOutputs), where RelationalLoss finds them.
     """
 
-    def __init__(self, in_features, embedding_size, num_branches=4, max_cached_forwards=8):
+    def __init__(self, in_features, embedding_size, num_branches=4):
         super().__init__()
         checks.check_positive_int("in_features", in_features)
         checks.check_positive_int("embedding_size", embedding_size)
         checks.check_positive_int("num_branches", num_branches)
-        checks.check_positive_int("max_cached_forwards", max_cached_forwards)
         if in_features % num_branches != 0:
             raise ValueError(
                 f"in_features={in_features} must be divisible by num_branches={num_branches}: "
@@ -145,7 +133,6 @@ class RelationalEmbedder(torch.nn.Module):
             self.score.bias.zero_()
             self.integrator.weight.copy_(torch.cat([torch.eye(E), torch.zeros(E, E)], dim=1))
             self.integrator.bias.zero_()
-        self.branch_output_cache = BranchOutputCache(max_cached_forwards)
 
     def forward(self, features):
         self.check_features(features)
@@ -168,13 +155,10 @@ class RelationalEmbedder(torch.nn.Module):
         if self.training:
             reconstruction = self.decoders(nodes.detach())
             errors = (h_detached - reconstruction).square().mean(dim=-1)
-            self.branch_output_cache.add(embeddings, BranchOutputs(nodes, errors))
+            # a plain attribute: it stays with this tensor object (and with what returns the same
+            # object, e.g. .to() to its own dtype); any new tensor made from it has none
+            embeddings.branch_outputs = BranchOutputs(nodes, errors, embeddings._version)
         return embeddings
-
-    def branch_outputs(self, embeddings):
-        """The BranchOutputs recorded for ``embeddings``, an output tensor of a
-        training-mode forward of this module; a clear error otherwise."""
-        return self.branch_output_cache.find(embeddings)
 
     def check_features(self, features):
         if not torch.is_tensor(features):
