@@ -5,6 +5,9 @@ import torch
 
 from pml_fieldlosses import losses
 
+from .helpers import DEVICE
+from .loss_registry import ALL_LOSSES
+
 C, D = 5, 4
 LOSSES = {
     "MeanFieldContrastive": lambda: losses.MeanFieldContrastiveLoss(C, D),
@@ -83,6 +86,23 @@ BAD_CONSTRUCTIONS = [
     ),
     (losses.MeanFieldClassWiseMultiSimilarityLoss, dict(num_classes=C, embedding_size=D, alpha=0), "alpha"),
     (losses.MeanFieldClassWiseMultiSimilarityLoss, dict(num_classes=C, embedding_size=D, beta=-2), "beta"),
+    (losses.MeanFieldContrastiveLoss, dict(num_classes=C, embedding_size=D, neg_margin=float("inf")), "neg_margin"),
+    (losses.MeanFieldContrastiveLoss, dict(num_classes=C, embedding_size=D, pos_margin=float("nan")), "pos_margin"),
+    (losses.MeanFieldContrastiveLoss, dict(num_classes=C, embedding_size=D, mf_reg_weight=float("inf")), "mf_reg_weight"),
+    (losses.MeanFieldContrastiveLoss, dict(num_classes=C, embedding_size=D, mf_reg_power=float("nan")), "mf_reg_power"),
+    (
+        losses.MeanFieldContrastiveLoss,
+        dict(num_classes=C, embedding_size=D, neg_margin=1e3, mf_reg_weight=1, mf_reg_power=20),
+        "mf_reg_power",
+    ),
+    (losses.MeanFieldClassWiseMultiSimilarityLoss, dict(num_classes=C, embedding_size=D, alpha=float("nan")), "alpha"),
+    (losses.MeanFieldClassWiseMultiSimilarityLoss, dict(num_classes=C, embedding_size=D, beta=1e40), "beta"),
+    (losses.MeanFieldClassWiseMultiSimilarityLoss, dict(num_classes=C, embedding_size=D, alpha=1e-38), "alpha"),
+    (losses.MeanFieldClassWiseMultiSimilarityLoss, dict(num_classes=C, embedding_size=D, base=float("-inf")), "base"),
+    (losses.ClassWiseMultiSimilarityLoss, dict(alpha=float("inf")), "alpha"),
+    (losses.ClassWiseMultiSimilarityLoss, dict(beta=float("nan")), "beta"),
+    (losses.ClassWiseMultiSimilarityLoss, dict(base=float("nan")), "base"),
+    (losses.ClassWiseMultiSimilarityLoss, dict(beta=80, base=1e30), "beta"),
 ]
 
 
@@ -106,3 +126,77 @@ def test_degenerate_batches_are_finite(loss_name):
         loss = loss_fn(embeddings, labels)
         loss.backward()
         assert torch.isfinite(loss) and torch.isfinite(embeddings.grad).all()
+
+
+INTEGER_DTYPES = [torch.int8, torch.int16, torch.int32, torch.uint8]
+
+
+@pytest.mark.parametrize("label_dtype", INTEGER_DTYPES, ids=str)
+@pytest.mark.parametrize("loss_name", ALL_LOSSES)
+def test_any_integer_label_dtype_gives_the_int64_result(loss_name, label_dtype):
+    """PML's losses accept labels of any integer dtype; ours must too, with the
+    int64 result (value and gradients), not a scatter()/gather() dtype error."""
+    loss_fn = ALL_LOSSES[loss_name](C, D).to(DEVICE)
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(6, D, generator=g).to(DEVICE).requires_grad_()
+    labels = torch.tensor([0, 4, 4, 2, 0, 1], device=DEVICE)
+    results = []
+    for dtype in (torch.int64, label_dtype):
+        loss = loss_fn(x, labels.to(dtype))
+        results.append([loss, *torch.autograd.grad(loss, [x, *loss_fn.parameters()])])
+    for got, expected in zip(*results):
+        assert torch.equal(got, expected)
+
+
+def test_integer_label_dtypes_with_a_reference_set():
+    loss_fn = losses.ClassWiseMultiSimilarityLoss()
+    ref, ref_labels = torch.randn(4, D), torch.tensor([1, 0, 3, 3])
+    expected = loss_fn(x, y, ref_emb=ref, ref_labels=ref_labels)
+    for dtype in INTEGER_DTYPES:
+        assert torch.equal(loss_fn(x, y.to(dtype), ref_emb=ref, ref_labels=ref_labels.to(dtype)), expected)
+
+
+def test_reference_set_of_another_dtype_is_refused():
+    loss_fn = losses.ClassWiseMultiSimilarityLoss()
+    with pytest.raises(TypeError, match="ref_emb has dtype torch.float64 but embeddings has dtype torch.float32"):
+        loss_fn(x, y, ref_emb=torch.randn(2, D, dtype=torch.float64), ref_labels=torch.tensor([0, 1]))
+
+
+@pytest.mark.skipif(DEVICE.type == "cpu", reason="needs TEST_DEVICE other than cpu")
+def test_labels_and_reference_set_on_other_devices():
+    """Labels on the CPU with embeddings on the device are moved (as PML does);
+    a reference set on another device is refused by name."""
+    loss_fn = losses.ClassWiseMultiSimilarityLoss()
+    on_device = loss_fn(x.to(DEVICE), y.to(DEVICE))
+    torch.testing.assert_close(loss_fn(x.to(DEVICE), y), on_device)
+    with pytest.raises(ValueError, match="ref_emb is on cpu"):
+        loss_fn(x.to(DEVICE), y, ref_emb=torch.randn(2, D), ref_labels=torch.tensor([0, 1]))
+
+
+def test_zero_dimensional_embeddings_are_refused():
+    with pytest.raises(ValueError, match="embeddings have dimension 0"):
+        losses.ClassWiseMultiSimilarityLoss()(torch.randn(3, 0), y)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("loss_name", ALL_LOSSES)
+def test_huge_finite_embeddings_normalise_like_unit_ones(loss_name, dtype):
+    """~1e19 in float32 (1e300 in float64): ||x|| overflows, and x / ||x|| was a
+    zero vector with a zero gradient. The losses normalise them correctly: the
+    value is that of the same directions at unit scale, the gradient that one
+    divided by the scale (the losses are scale-invariant per row)."""
+    huge = 1e19 if dtype == torch.float32 else 1e300
+    loss_fn = ALL_LOSSES[loss_name](C, D).to(DEVICE, dtype)
+    g = torch.Generator().manual_seed(3)
+    unit = torch.nn.functional.normalize(torch.randn(6, D, generator=g, dtype=torch.float64), dim=1)
+    labels = torch.tensor([0, 4, 4, 2, 0, 1], device=DEVICE)
+    small = unit.to(DEVICE, dtype).requires_grad_()
+    large = (unit * huge).to(DEVICE, dtype).requires_grad_()
+    expected = loss_fn(small, labels)
+    (expected_grad,) = torch.autograd.grad(expected, [small])
+    loss = loss_fn(large, labels)
+    (grad,) = torch.autograd.grad(loss, [large])
+    assert torch.isfinite(loss) and (grad != 0).any()
+    tol = dict(rtol=1e-4, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close(loss, expected, **tol)
+    torch.testing.assert_close(grad * huge, expected_grad, rtol=tol["rtol"], atol=tol["rtol"] * expected_grad.abs().max())
