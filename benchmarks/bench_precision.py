@@ -15,16 +15,16 @@ import argparse
 import statistics
 
 import torch
-
 from pytorch_metric_learning import losses as pml_losses
 
 from pml_fieldlosses import catalog, losses
 from pml_fieldlosses.models import RelationalEmbedder
 
-
-
 # our losses as the tests build them (pml_fieldlosses.catalog), and PML's ProxyAnchor
-LOSSES = {**catalog.ours_by_class_name(mf_reg_weight=0.1), "ProxyAnchor (PML, for reference)": catalog.published("ProxyAnchor")}
+LOSSES = {
+    **catalog.ours_by_class_name(mf_reg_weight=0.1),
+    "ProxyAnchor (PML, for reference)": catalog.published("ProxyAnchor"),
+}
 
 
 def relative(a, b):
@@ -42,7 +42,9 @@ def deviations(name, generator, device, dtype):
     if name == "DRML head + ProxyAnchor":
         embedder = RelationalEmbedder(32, D, num_branches=4).to(device)
         loss_func = losses.RelationalLoss(
-            embedder, pml_losses.ProxyAnchorLoss(C, D), lambda: pml_losses.ProxyAnchorLoss(C, embedder.branch_size)
+            embedder,
+            pml_losses.ProxyAnchorLoss(C, D),
+            lambda: pml_losses.ProxyAnchorLoss(C, embedder.branch_size),
         )
     else:
         embedder = torch.nn.Linear(32, D).to(device)

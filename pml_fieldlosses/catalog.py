@@ -114,7 +114,10 @@ class LossEntry:
 
 def _drml(C, D, embedder, margin):  # the ProxyAnchor margin of the representation and branch losses
     base = pml_losses.ProxyAnchorLoss(C, D, margin=margin)
-    branches = lambda: pml_losses.ProxyAnchorLoss(C, D // DRML_BRANCHES, margin=margin)  # noqa: E731
+
+    def branches():
+        return pml_losses.ProxyAnchorLoss(C, D // DRML_BRANCHES, margin=margin)
+
     if "embedder" in inspect.signature(losses.RelationalLoss).parameters:  # until "DRML interface" lands
         return losses.RelationalLoss(embedder, base, branch_losses=branches)
     return losses.RelationalLoss(base, branch_losses=branches, num_branches=DRML_BRANCHES, embedding_size=D)
@@ -134,7 +137,9 @@ _TABLE = [
         per_class=False,
     ),
     # Euclidean on the unit sphere (2: every negative pair but antipodal ones counts)
-    LossEntry("Contrastive", "PML", pml_losses.ContrastiveLoss, "neg_margin", (1.0, 0.5, 2.0), per_class=False),
+    LossEntry(
+        "Contrastive", "PML", pml_losses.ContrastiveLoss, "neg_margin", (1.0, 0.5, 2.0), per_class=False
+    ),
     LossEntry("CosFace", "PML", pml_losses.CosFaceLoss, "margin", (0.35, 0.175, 0.7)),
     LossEntry("ArcFace", "PML", pml_losses.ArcFaceLoss, "margin", (28.6, 14.3, 57.2)),  # degrees
     LossEntry("NormSoftmax", "PML", pml_losses.NormalizedSoftmaxLoss, "temperature", (0.05, 0.025, 0.1)),

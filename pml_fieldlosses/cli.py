@@ -73,7 +73,8 @@ def add_shared_options(p):
     )
     p.add_argument("--image-size", type=int, help="image side in pixels (default 64)")
     p.add_argument(
-        "--data", help=f"a built-in data set ({', '.join(DATASETS)}; default emoji) or a folder with one sub-folder per class"
+        "--data",
+        help=f"a built-in data set ({', '.join(DATASETS)}; default emoji) or a folder with one sub-folder per class",
     )
     p.add_argument("--device", help="torch device for training, e.g. cpu or cuda (default cpu)")
     p.add_argument(

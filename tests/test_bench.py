@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image, ImageDraw
-
 from pytorch_metric_learning import trainers
 
 from pml_fieldlosses import catalog as registry
@@ -306,7 +305,9 @@ def test_finetuned_trunk_is_trained_with_its_own_lower_lr(folder, tmp_path, monk
     rows = run_bench(config)
     assert [r["loss"] for r in rows] == [runs.UNTRAINED, "ProxyAnchor"]
     lrs = {name: opt.param_groups[0]["lr"] for name, opt in seen["optimizers"].items()}
-    assert lrs["trunk_optimizer"] == pytest.approx(config.lr * get_backbone(config.backbone).trunk_lr_multiplier)
+    assert lrs["trunk_optimizer"] == pytest.approx(
+        config.lr * get_backbone(config.backbone).trunk_lr_multiplier
+    )
     assert lrs["metric_loss_optimizer"] == pytest.approx(config.lr * config.loss_lr_multiplier)
     assert lrs["embedder_optimizer"] == pytest.approx(config.lr)
     pretrained = build_trunk(config.backbone, 32).state_dict()

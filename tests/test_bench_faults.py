@@ -248,7 +248,11 @@ def test_a_job_error_reaches_the_parent_and_stops_the_others(tmp_path):
         return n * shared
 
     seen = []
-    assert scheduler.run_jobs(job, 10, [0, 2, 3], workers=2, on_event=lambda *e: seen.append(e)) == [0, 20, 30]
+    assert scheduler.run_jobs(job, 10, [0, 2, 3], workers=2, on_event=lambda *e: seen.append(e)) == [
+        0,
+        20,
+        30,
+    ]
     assert ("progress", 2, {"step": 2}) in seen
     with pytest.raises(ValueError, match="bad job"):
         scheduler.run_jobs(job, 10, [0, 1, 2, 3], workers=2)

@@ -17,14 +17,14 @@ from ..catalog import LOSSES, get_entry
 from ..datasets import DATASETS, load_dataset
 from ..datasets.emoji import LICENSES
 from . import report
+from .baseline import untrained_test_embeddings
 from .features import prepare_inputs
 from .metrics import PRIMARY
 from .protocol import BenchConfig, make_split, quick_config
 from .result import UNTRAINED, BenchFileError, add_wall_time, read_json, run_folder, write_json
-from .run import untrained_test_embeddings
 from .runs import run_all
 
-__all__ = ["BenchConfig", "LOSSES", "quick_config", "run_bench", "load_data"]
+__all__ = ["LOSSES", "BenchConfig", "load_data", "quick_config", "run_bench"]
 
 
 def load_data(config):
@@ -62,7 +62,8 @@ def run_bench(config, file=None):
         "val_images": len(split.val),
         "test_images": len(split.test),
         "wall_seconds": wall,
-        "wall_note": f"the sum of {invocations} invocation(s); this one included {data_seconds:.0f} s of data loading"
+        "wall_note": f"the sum of {invocations} invocation(s); "
+        f"this one included {data_seconds:.0f} s of data loading"
         + (f" and {inputs.seconds:.0f} s of feature extraction" if inputs.seconds else ""),
         "licenses": {v: LICENSES[v] for v in set(dataset.sources) if v in LICENSES},
     }
@@ -73,7 +74,10 @@ def run_bench(config, file=None):
     write_json(out_dir / "summary.json", {"rows": rows, "info": info})
     print("\n" + report.text_table(rows), file=sys.stdout)
     print(f"\nreport: {out_dir / 'README.md'}", file=sys.stdout)
-    print(f"wall time: {time.perf_counter() - start:.0f} s (all invocations on this folder: {wall:.0f} s)", file=sys.stdout)
+    print(
+        f"wall time: {time.perf_counter() - start:.0f} s (all invocations on this folder: {wall:.0f} s)",
+        file=sys.stdout,
+    )
     return rows
 
 
@@ -162,7 +166,9 @@ def _check_or_write_protocol(out_dir, protocol, data_fingerprint):
         try:
             saved = read_json(path)
         except BenchFileError as e:
-            raise BenchFileError(f"{e}; use another --out, or delete the folder (rm -r '{out_dir}')") from None
+            raise BenchFileError(
+                f"{e}; use another --out, or delete the folder (rm -r '{out_dir}')"
+            ) from None
         if saved != json.loads(json.dumps(protocol)):
             raise RuntimeError(
                 f"{out_dir} holds results of other settings or other data; use another --out or delete it"

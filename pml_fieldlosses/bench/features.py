@@ -201,7 +201,10 @@ def cached_views(dataset, rows_by_view, config, file=None):
     folder.mkdir(parents=True, exist_ok=True)
     parts = {
         view: np.lib.format.open_memmap(
-            folder / f"view{view}.part.npy", mode="w+", dtype=np.float32, shape=(len(rows), trunk.out_features)
+            folder / f"view{view}.part.npy",
+            mode="w+",
+            dtype=np.float32,
+            shape=(len(rows), trunk.out_features),
         )
         for view, rows in missing.items()
     }
@@ -222,7 +225,9 @@ def prepare_inputs(dataset, split, config, file=None):
     file = file or sys.stderr
     backbone = backbones.get_backbone(config.backbone)
     common = dict(split=split, val_rows=split.val, test_rows=split.test, frozen=backbone.frozen)
-    common.update(trunk_lr_multiplier=backbone.trunk_lr_multiplier, seed_independent=backbone.seed_independent)
+    common.update(
+        trunk_lr_multiplier=backbone.trunk_lr_multiplier, seed_independent=backbone.seed_independent
+    )
     if backbone.frozen:
         train_class_rows = np.flatnonzero(dataset.is_train())
         rows_by_view = {0: np.arange(len(dataset.images))}

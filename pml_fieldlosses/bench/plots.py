@@ -5,12 +5,12 @@ import math
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from pytorch_metric_learning.utils.inference import FaissKNN  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from pytorch_metric_learning.utils.inference import FaissKNN
 
-from .runs import UNTRAINED  # noqa: E402
+from .runs import UNTRAINED
 
 
 def learning_curves(results, path):

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from .. import backbones
-from ..datasets import DATASETS
 from ..catalog import default_losses, get_entry, hyperparameters
+from ..datasets import DATASETS
 
 # bump when a change of the code changes the results of the same settings
 PROTOCOL_VERSION = 2

@@ -5,9 +5,9 @@ import math
 
 import numpy as np
 
+from ..catalog import get_entry
 from ..utils.stats import mean_ci
 from .metrics import METRICS, PRIMARY
-from ..catalog import get_entry
 from .result import UNTRAINED
 
 

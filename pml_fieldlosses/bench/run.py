@@ -1,6 +1,6 @@
 """One run: a loss trained with a seed by PML's own MetricLossOnly trainer and
 logging hooks (our hooks only add timing and progress), its epoch selected on
-validation MAP@R, tested once; and the untrained baseline evaluated alike."""
+validation MAP@R, tested once (the untrained row: baseline.py)."""
 
 import contextlib
 import logging
@@ -17,7 +17,7 @@ from pytorch_metric_learning.utils import logging_presets
 from .. import catalog
 from . import metrics
 from .protocol import training_labels
-from .result import UNTRAINED, RunResult
+from .result import RunResult
 
 MODEL_KEYS = ("trunk", "embedder", "metric_loss")
 
@@ -137,7 +137,9 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, report=
     models = {"trunk": trunk, "embedder": embedder, "metric_loss": loss}
     optimizers, schedulers, clippers = optimisation(models, config, inputs.trunk_lr_multiplier)
 
-    record_keeper, _, writer = logging_presets.get_record_keeper(str(run_dir / "records"), str(tensorboard_dir))
+    record_keeper, _, writer = logging_presets.get_record_keeper(
+        str(run_dir / "records"), str(tensorboard_dir)
+    )
     hooks = logging_presets.get_hook_container(record_keeper, primary_metric=metrics.PRIMARY, log_freq=10)
     tester = make_tester(hooks)
     end_of_epoch = hooks.end_of_epoch_hook(
@@ -222,39 +224,8 @@ def save_embeddings(path, tester, inputs, trunk, embedder):
 def keep_best_models(model_dir, best_epoch):
     """Drop the optimiser states and the latest-epoch copies; keep the best models."""
     for path in Path(model_dir).glob("*.pth"):
-        state = path.name.startswith(tuple(f"{m}_{k}" for m in MODEL_KEYS for k in ("optimizer", "scheduler")))
+        state = path.name.startswith(
+            tuple(f"{m}_{k}" for m in MODEL_KEYS for k in ("optimizer", "scheduler"))
+        )
         if state or not path.stem.endswith(f"_best{best_epoch}"):
             path.unlink()
-
-
-def untrained_test_embeddings(inputs, config, seed=0):
-    """(embeddings, labels) of the test split for the untrained row's model of ``seed``."""
-    seed_everything(seed)
-    trunk = inputs.make_trunk().to(torch.device(config.device))
-    embeddings, labels = make_tester().get_all_embeddings(
-        inputs.eval_dataset("test"), trunk, torch.nn.Identity(), collate_fn=inputs.eval_collate
-    )
-    return embeddings.cpu().numpy(), labels.cpu().numpy()[:, 0]
-
-
-def evaluate_untrained(seed, inputs, config):
-    """The trunk with no training and no embedder (for a frozen backbone: its
-    standardised features), evaluated like a trained model."""
-    start = time.perf_counter()
-    seed_everything(seed)
-    trunk = inputs.make_trunk().to(torch.device(config.device))
-    tester = make_tester()
-    data = {"val": inputs.eval_dataset("val"), "test": inputs.eval_dataset("test")}
-    tester.test(data, 0, trunk, torch.nn.Identity(), [("val", ["val"]), ("test", ["test"])], inputs.eval_collate)
-    val = metrics.level0(tester.all_accuracies["val"])[metrics.PRIMARY]
-    return RunResult(
-        loss=UNTRAINED,
-        origin="baseline",
-        seed=seed,
-        test=metrics.level0(tester.all_accuracies["test"]),
-        best_epoch=0,
-        best_val_map_at_r=val,
-        val_history={"epoch": [0], "map_at_r": [val]},
-        label_noise={"fraction": config.label_noise, "changed": 0, "of": 0},
-        run_seconds=time.perf_counter() - start,
-    )

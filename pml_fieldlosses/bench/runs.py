@@ -13,9 +13,10 @@ import torch
 import tqdm
 
 from . import scheduler
+from .baseline import evaluate_untrained
 from .protocol import number_of_workers
 from .result import UNTRAINED, BenchFileError, RunResult, run_folder, safe_name
-from .run import evaluate_untrained, run_log, train_one
+from .run import run_log, train_one
 
 __all__ = ["UNTRAINED", "RunResult", "run_all", "run_folder", "safe_name", "train_one"]
 
@@ -102,7 +103,8 @@ class Progress:
         if kind == "progress":
             self.epoch_seconds.setdefault(name, []).append(value["seconds"])
             self.left[job] = max(0, self.config.epochs - value["epoch"])
-            status = f"{name} seed {seed}: epoch {value['epoch']}/{self.config.epochs}, val MAP@R {value['val']:.3f}"
+            status = f"{name} seed {seed}: epoch {value['epoch']}/{self.config.epochs}, "
+            status += f"val MAP@R {value['val']:.3f}"
         else:
             self.left.pop(job, None)
             self.bar.update(1)

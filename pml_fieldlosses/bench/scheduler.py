@@ -14,8 +14,10 @@ ignores Ctrl-C: the parent terminates the running jobs and keeps what finished.
 
 import ctypes
 import ctypes.util
+import functools
 import multiprocessing
 import os
+import pickle
 import queue
 import signal
 import sys
@@ -50,24 +52,33 @@ def _worker(function, shared, parent_pid, tasks, events):
         if item is None:
             return
         index, job = item
-
-        def report(**info):
-            events.put(("progress", index, info))
-
+        report = functools.partial(_report, events, index)
         try:
             events.put(("done", index, function(shared, job, report)))
         except BaseException as e:  # noqa: BLE001 (sent to the parent, which raises it)
-            text = "".join(traceback.format_exception(e))
-            try:
-                events.put(("error", index, (e, text)))
-            except Exception:  # an exception that does not pickle
-                events.put(("error", index, (RuntimeError(str(e)), text)))
+            events.put(("error", index, (_picklable(e), "".join(traceback.format_exception(e)))))
+
+
+def _report(events, index, **info):
+    events.put(("progress", index, info))
+
+
+def _progress(on_event, job, **info):
+    on_event("progress", job, info)
+
+
+def _picklable(error):
+    try:
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:  # noqa: BLE001 (any pickling failure: send its text instead)
+        return RuntimeError(f"{type(error).__name__}: {error}")
 
 
 def _in_process(function, shared, jobs, on_event, keep):
     results = []
     for job in jobs:
-        result = function(shared, job, lambda **info: on_event("progress", job, info))
+        result = function(shared, job, functools.partial(_progress, on_event, job))
         on_event("done", job, result)
         results.append(result if keep else None)
     return results
@@ -88,7 +99,9 @@ def run_jobs(function, shared, jobs, workers, on_event=None, keep_results=True):
     context = multiprocessing.get_context("fork")
     tasks, events = context.SimpleQueue(), context.Queue()
     args = (function, shared, os.getpid(), tasks, events)
-    processes = [context.Process(target=_worker, args=args, daemon=True) for _ in range(min(workers, len(jobs)))]
+    processes = [
+        context.Process(target=_worker, args=args, daemon=True) for _ in range(min(workers, len(jobs)))
+    ]
     results, pending = {}, list(enumerate(jobs))
     try:
         for process in processes:
@@ -100,7 +113,9 @@ def run_jobs(function, shared, jobs, workers, on_event=None, keep_results=True):
             except queue.Empty:
                 dead = [p for p in processes if p.exitcode is not None]
                 if dead:
-                    raise RuntimeError(f"a worker process died (exit code {dead[0].exitcode}) during a run") from None
+                    raise RuntimeError(
+                        f"a worker process died (exit code {dead[0].exitcode}) during a run"
+                    ) from None
                 continue
             if kind == "error":
                 error, text = value

@@ -22,8 +22,8 @@ def load_dataset(data, image_size, cache=None):
 
 
 __all__ = [
-    "DATASETS",
     "CACHE_ENV_VAR",
+    "DATASETS",
     "DEFAULT_VENDORS",
     "IMAGE_EXTENSIONS",
     "LICENSES",

@@ -93,7 +93,9 @@ class ImageSet:
                     name=str(data["name"]),
                 )
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
-            raise ValueError(f"{path} is not a saved image set ({e!r}); delete it (rm '{path}') to rebuild") from None
+            raise ValueError(
+                f"{path} is not a saved image set ({e!r}); delete it (rm '{path}') to rebuild"
+            ) from None
 
 
 def first_half_split(num_classes):
