@@ -257,3 +257,14 @@ def test_a_job_error_reaches_the_parent_and_stops_the_others(tmp_path):
     with pytest.raises(ValueError, match="bad job"):
         scheduler.run_jobs(job, 10, [0, 1, 2, 3], workers=2)
     torch.set_num_threads(torch.get_num_threads())
+
+
+def test_the_loss_table_imports_with_the_core_install_only():
+    """pml_fieldlosses.catalog (the one loss table) pulls in no plotting, logging or bench extra."""
+    code = (
+        "import sys, pml_fieldlosses.catalog as c; assert c.LOSSES; "
+        "extras = ('matplotlib', 'tensorboard', 'record_keeper', 'PIL'); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in extras or m.startswith('pml_fieldlosses.bench')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

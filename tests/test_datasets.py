@@ -372,3 +372,33 @@ def test_cache_dir_override(tmp_path, monkeypatch):
     assert cache_dir() == (tmp_path / "env").resolve()
     assert cache_dir(tmp_path / "arg") == (tmp_path / "arg").resolve()
     assert Path(cache_dir()).is_dir()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "wrong-keys"])
+def test_a_bad_build_record_is_named_with_the_command_that_clears_it(registry, tmp_path, damage):
+    folder, packages = registry
+    npm = install_fake_npm(folder, packages)
+    cache = tmp_path / "cache"
+    load_emoji(16, cache=cache, npm=npm, packages=packages, workers=1)
+    record = next((cache / "emoji").glob("*.json"))
+    text = record.read_text()
+    record.write_text({"truncated": text[: len(text) // 2], "empty": "", "wrong-keys": '{"a": 1}'}[damage])
+    with pytest.raises(IntegrityError, match=f"{record} is not a build record.*rm '"):
+        load_emoji(16, cache=cache, npm=npm, packages=packages)
+
+
+def test_built_in_data_sets_are_one_registry_entry_each(tmp_path, monkeypatch):
+    from pml_fieldlosses import datasets
+    from pml_fieldlosses.bench import BenchConfig
+
+    assert "emoji" in datasets.DATASETS
+    root = tmp_path / "images"
+    write_folder(root, [2] * 8)
+    assert datasets.load_dataset(str(root), 12).num_classes == 8  # not a name: a folder
+    made = ImageSet(np.zeros((8, 4, 4, 3)), np.arange(8) % 4, list("abcd"), ["x"] * 8, 2, "toy")
+    seen = []
+    monkeypatch.setitem(
+        datasets.DATASETS, "toy", (lambda size, cache: seen.append((size, cache)) or made, "toy shapes")
+    )
+    assert datasets.load_dataset("toy", 12, "here") is made and seen == [(12, "here")]
+    assert BenchConfig(data="toy").folder_name().startswith("toy-efficientnet-lite0-64px-")
