@@ -1,5 +1,16 @@
 """Property-based tests: every call returns a finite loss with finite gradients,
-or raises one of our documented errors (ValueError/TypeError with a message)."""
+or raises one of our documented errors (ValueError/TypeError with a message).
+
+Input classes drawn: label patterns; embedding dtypes; scales from denormal
+(1e-40, 1e-310) through tiny norms to huge finite values (1e19, 1e150; a scale
+beyond the dtype's range casts to inf and must be refused); zero rows,
+duplicates, NaN/inf, out-of-range or float labels; labels of every integer
+dtype. Hyperparameters: every numeric constructor argument of every loss set
+to NaN/inf/0/negative/tiny/huge values must be refused at construction with
+an error naming it, or give a finite loss and gradients."""
+
+import inspect
+import math
 
 import pytest
 import torch
@@ -26,18 +37,19 @@ def batches(draw):
         high = num_classes - 1 if pattern == "random" else min(num_classes - 1, 1)
         labels = draw(st.lists(st.integers(0, high), min_size=batch_size, max_size=batch_size))
     dtype = draw(st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.float16]))
-    scale = draw(st.sampled_from([1e-30, 1e-6, 1e-3, 1.0, 1e3, 1e6]))
+    scale = draw(st.sampled_from([1e-310, 1e-40, 1e-30, 1e-6, 1e-3, 1.0, 1e3, 1e6, 1e19, 1e150]))
+    label_dtype = draw(st.sampled_from([torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]))
     special = draw(
         st.sampled_from(["none", "zeros", "duplicates", "nan", "inf", "bad_label", "float_labels"])
     )
     seed = draw(st.integers(0, 2**31 - 1))
-    return num_classes, embedding_size, labels, dtype, scale, special, seed
+    return num_classes, embedding_size, labels, dtype, scale, special, seed, label_dtype
 
 
-def make_inputs(num_classes, embedding_size, labels, dtype, scale, special, seed):
+def make_inputs(num_classes, embedding_size, labels, dtype, scale, special, seed, label_dtype):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(len(labels), embedding_size, generator=g, dtype=torch.float64) * scale
-    y = torch.tensor(labels)
+    y = torch.tensor(labels, dtype=label_dtype)
     if special == "zeros":
         x[0] = 0
     elif special == "duplicates":
@@ -57,13 +69,14 @@ def check_call(name, case):
     num_classes, embedding_size = case[0], case[1]
     loss_func = ALL_LOSSES[name](num_classes, embedding_size)
     x, y = make_inputs(*case)
+    # a scale beyond the dtype's range casts to inf, which must be refused
+    special = case[5] if torch.isfinite(x).all() or case[5] == "nan" else "inf"
     try:
         loss = loss_func(x, y)
     except (ValueError, TypeError) as error:
-        assert case[5] in ("nan", "inf", "bad_label", "float_labels"), f"unexpected refusal: {error}"
+        assert special in ("nan", "inf", "bad_label", "float_labels"), f"unexpected refusal: {error}"
         assert str(error)
         return
-    special = case[5]
     assert special in ("none", "zeros", "duplicates") or (
         special == "bad_label" and not hasattr(loss_func, "num_classes")
     ), f"{special} input was accepted"
@@ -88,3 +101,68 @@ def test_fuzz_finite_or_documented_error(name, case):
 @given(case=batches())
 def test_fuzz_finite_or_documented_error_long(name, case):
     check_call(name, case)
+
+
+def numeric_arguments(loss_class):
+    """The constructor's numeric hyperparameters (real-valued defaults, not
+    bool, not the sizes passed positionally)."""
+    names = []
+    for cls in loss_class.__mro__:
+        if cls.__init__ is object.__init__ or not cls.__module__.startswith("pml_fieldlosses"):
+            continue
+        for p in inspect.signature(cls.__init__).parameters.values():
+            default = p.default
+            if p.name in ("num_classes", "embedding_size") or p.name in names:
+                continue
+            if isinstance(default, (int, float)) and not isinstance(default, bool):
+                names.append(p.name)
+    return names
+
+
+# found by this test, not fixed yet in the potential losses (issue 12):
+# a huge delta raises a raw RuntimeError/OverflowError in forward
+NOT_YET_VALIDATED = {("PotentialField", "delta"), ("ContrastivePotential", "delta")}
+HYPERPARAMETER_CASES = [
+    pytest.param(
+        name,
+        argument,
+        marks=[pytest.mark.xfail(reason="issue 12: not validated at construction yet")]
+        if (name, argument) in NOT_YET_VALIDATED
+        else [],
+        id=f"{name}-{argument}",
+    )
+    for name, build in ALL_LOSSES.items()
+    for argument in numeric_arguments(type(build(3, 4)))
+]
+EXTREME_VALUES = [math.nan, math.inf, -math.inf, 0.0, -1.0, 1e-45, 1e-30, 1e30, 1e45, 1e300]
+
+
+@pytest.mark.parametrize("name, argument", HYPERPARAMETER_CASES)
+@settings(max_examples=25, **SETTINGS)
+@given(
+    value=st.one_of(st.sampled_from(EXTREME_VALUES), st.floats(allow_nan=True, allow_infinity=True)),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.float16]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_fuzz_hyperparameters_refused_by_name_or_finite(name, argument, value, dtype, seed):
+    loss_class = type(ALL_LOSSES[name](3, 4))
+    parameters = inspect.signature(loss_class).parameters
+    sizes = (3, 4) if "num_classes" in parameters else ()
+    if math.isfinite(value) and value == int(value) and abs(value) < 1e6:
+        value = int(value)  # integer arguments get integers too
+    kwargs = {"mf_reg_weight": 0.1} if "mf_reg_weight" in parameters else {}  # exercise the regulariser
+    kwargs[argument] = value
+    try:
+        loss_func = loss_class(*sizes, **kwargs)
+    except (ValueError, TypeError) as error:
+        assert argument in str(error), f"the error does not name {argument}: {error}"
+        return
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(6, 4, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
+    y = torch.randint(0, 3, (6,), generator=g)
+    loss = loss_func(x, y)
+    loss.backward()
+    assert torch.isfinite(loss), f"{argument}={value} was accepted but gives loss {loss}"
+    assert torch.isfinite(x.grad.float()).all(), f"{argument}={value} was accepted but gives a non-finite gradient"
+    for p in loss_func.parameters():
+        assert torch.isfinite(p.grad).all(), f"{argument}={value}: non-finite parameter gradient"

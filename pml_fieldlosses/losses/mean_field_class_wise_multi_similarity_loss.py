@@ -48,11 +48,15 @@ class MeanFieldClassWiseMultiSimilarityLoss(BaseMeanFieldLoss):
         super().__init__(num_classes, embedding_size, mf_reg_weight, mf_reg_power, **kwargs)
         beta = alpha if beta is None else beta
         check_multi_similarity_hyperparameters(alpha, beta, base)
-        # the regulariser's terms softplus_beta(G - base), G <= 1, are at most
-        # max(1 - base, 0) + log(2) / beta
+        # the regulariser's terms t = softplus_beta(G - base), G <= 1, are at most
+        # max(1 - base, 0) + log(2) / beta; their derivative mf_reg_power * t ** (mf_reg_power - 1)
         checks.check_fits_float32(
-            "the mean-field regulariser, mf_reg_weight * num_classes * (1 - base + log(2) / beta) ** mf_reg_power,",
-            lambda: mf_reg_weight * num_classes * (max(1 - base, 0) + math.log(2) / beta) ** mf_reg_power,
+            "the mean-field regulariser, mf_reg_weight * num_classes * mf_reg_power * "
+            "(1 - base + log(2) / beta) ** mf_reg_power,",
+            lambda: mf_reg_weight
+            * num_classes
+            * mf_reg_power
+            * max(max(1 - base, 0) + math.log(2) / beta, 1) ** mf_reg_power,
         )
         self.alpha = alpha
         self.beta = beta

@@ -38,9 +38,11 @@ class MeanFieldContrastiveLoss(BaseMeanFieldLoss):
         checks.check_fits_float32(
             "the negative sum over classes, num_classes * neg_margin,", num_classes * max(neg_margin, 0)
         )
+        # the regulariser's terms t = [neg_margin - D]_+ <= max(neg_margin, 0) and
+        # their derivative mf_reg_power * t ** (mf_reg_power - 1)
         checks.check_fits_float32(
-            "the mean-field regulariser, mf_reg_weight * num_classes * neg_margin ** mf_reg_power,",
-            lambda: mf_reg_weight * num_classes * max(neg_margin, 0) ** mf_reg_power,
+            "the mean-field regulariser, mf_reg_weight * num_classes * mf_reg_power * neg_margin ** mf_reg_power,",
+            lambda: mf_reg_weight * num_classes * mf_reg_power * max(neg_margin, 1) ** mf_reg_power,
         )
         self.pos_margin = pos_margin
         self.neg_margin = neg_margin
