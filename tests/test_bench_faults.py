@@ -195,7 +195,12 @@ PARENT = textwrap.dedent(
 def start_parent(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(PARENT)
-    parent = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 60
     while len(list(tmp_path.glob("started*"))) < 2:
         assert time.monotonic() < deadline and parent.poll() is None, "the workers never started"
@@ -231,7 +236,7 @@ def test_workers_die_when_the_parent_is_killed(tmp_path):
 def test_ctrl_c_stops_running_jobs_and_starts_no_queued_one(tmp_path):
     parent, workers = start_parent(tmp_path)
     start = time.monotonic()
-    parent.send_signal(signal.SIGINT)
+    os.killpg(parent.pid, signal.SIGINT)  # as Ctrl-C in a terminal: the parent and its workers
     out, _ = parent.communicate(timeout=30)
     assert time.monotonic() - start < 10 and "interrupted" in out
     assert wait_dead(workers)
@@ -264,7 +269,33 @@ def test_the_loss_table_imports_with_the_core_install_only():
     code = (
         "import sys, pml_fieldlosses.catalog as c; assert c.LOSSES; "
         "extras = ('matplotlib', 'tensorboard', 'record_keeper', 'PIL'); "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in extras or m.startswith('pml_fieldlosses.bench')))"
+        "print(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in extras or m.startswith('pml_fieldlosses.bench')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_on_the_bench_command_keeps_finished_runs_and_resumes(folder, tmp_path):
+    argv = ["bench", "--data", str(folder), "--backbone", "convnet", "--image-size", "16", "--seeds", "2"]
+    argv += ["--losses", "ProxyAnchor,CWMS,MFCWMS", "--epochs", "60", "--workers", "2"]
+    argv += ["--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache")]
+    code = f"import sys; from pml_fieldlosses import cli; sys.exit(cli.main({argv!r}))"
+    bench = subprocess.Popen(
+        [sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    deadline = time.monotonic() + 300
+    while not list((tmp_path / "out").glob("*/runs/*/seed*/result.json")):
+        assert time.monotonic() < deadline and bench.poll() is None, "no run finished"
+        time.sleep(0.2)
+    with open(f"/proc/{bench.pid}/task/{bench.pid}/children") as f:
+        workers = [int(pid) for pid in f.read().split()]
+    start = time.monotonic()
+    os.killpg(bench.pid, signal.SIGINT)
+    _, err = bench.communicate(timeout=60)
+    assert bench.returncode == 130 and "finished runs are kept" in err
+    assert time.monotonic() - start < 15 and wait_dead(workers)
+    kept = list((tmp_path / "out").glob("*/runs/*/seed*/result.json"))
+    assert kept and all(RunResult.read(path) for path in kept)
