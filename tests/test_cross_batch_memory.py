@@ -11,7 +11,7 @@ from .helpers import assert_close
 def test_class_wise_multi_similarity_in_memory_matches_the_concatenated_memory():
     torch.manual_seed(0)
     D, memory_size = 5, 20
-    memory = losses.CrossBatchMemory(
+    memory = losses.CrossBatchMemoryWithClassWiseMultiSimilarity(
         losses.ClassWiseMultiSimilarityLoss(alpha=2.0, beta=10.0, base=0.5), D, memory_size=memory_size
     )
     batches = [torch.randn(8, D, dtype=torch.float64, requires_grad=True) for _ in range(3)]
@@ -41,11 +41,13 @@ def test_class_wise_multi_similarity_in_memory_matches_the_concatenated_memory()
 
 
 def test_other_losses_keep_pml_behaviour():
-    assert losses.CrossBatchMemory.supported_losses()[:-1] == pml_losses.CrossBatchMemory.supported_losses()
-    memory = losses.CrossBatchMemory(losses.ContrastiveLoss(), 4, memory_size=8)
+    ours = losses.CrossBatchMemoryWithClassWiseMultiSimilarity.supported_losses()
+    assert ours[:-1] == pml_losses.CrossBatchMemory.supported_losses()
+    assert ours[-1] == "ClassWiseMultiSimilarityLoss"
+    memory = losses.CrossBatchMemoryWithClassWiseMultiSimilarity(pml_losses.ContrastiveLoss(), 4, memory_size=8)
     assert torch.isfinite(memory(torch.randn(4, 4), torch.tensor([0, 0, 1, 1])))
     with pytest.raises(Exception, match="not supported for ProxyAnchorLoss"):
-        losses.CrossBatchMemory(losses.ProxyAnchorLoss(3, 4), 4)
+        losses.CrossBatchMemoryWithClassWiseMultiSimilarity(pml_losses.ProxyAnchorLoss(3, 4), 4)
 
 
 @pytest.mark.parametrize(
@@ -53,4 +55,4 @@ def test_other_losses_keep_pml_behaviour():
 )
 def test_losses_with_per_class_parameters_are_refused(loss):
     with pytest.raises(ValueError, match=f"CrossBatchMemory makes no sense for {type(loss).__name__}"):
-        losses.CrossBatchMemory(loss, 4)
+        losses.CrossBatchMemoryWithClassWiseMultiSimilarity(loss, 4)

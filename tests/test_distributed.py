@@ -8,6 +8,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
+from pytorch_metric_learning import losses as pml_losses
 
 from pml_fieldlosses import losses
 from pml_fieldlosses.models import RelationalEmbedder
@@ -66,8 +67,8 @@ def build_relational():
     embedder = RelationalEmbedder(IN_DIM + 3, D, num_branches=2).double()
     loss_func = losses.RelationalLoss(
         embedder,
-        losses.ProxyAnchorLoss(C, D),
-        branch_losses=lambda: losses.ProxyAnchorLoss(C, D // 2),
+        pml_losses.ProxyAnchorLoss(C, D),
+        branch_losses=lambda: pml_losses.ProxyAnchorLoss(C, D // 2),
     ).double()
     data = torch.randn(BATCH, IN_DIM + 3, dtype=torch.float64)
     return embedder, loss_func, data, build("ClassWiseMultiSimilarity")[3]

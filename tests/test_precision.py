@@ -5,6 +5,7 @@ non-finite value."""
 
 import pytest
 import torch
+from pytorch_metric_learning import losses as pml_losses
 
 from pml_fieldlosses import losses
 from pml_fieldlosses.models import RelationalEmbedder
@@ -35,8 +36,8 @@ def build(name, num_classes, embedding_size, device):
     embedder = RelationalEmbedder(16, embedding_size, num_branches=4).to(device)
     loss_func = losses.RelationalLoss(
         embedder,
-        losses.ProxyAnchorLoss(num_classes, embedding_size),
-        lambda: losses.ProxyAnchorLoss(num_classes, embedder.branch_size),
+        pml_losses.ProxyAnchorLoss(num_classes, embedding_size),
+        lambda: pml_losses.ProxyAnchorLoss(num_classes, embedder.branch_size),
     ).to(device)
     return embedder, loss_func
 

@@ -1,15 +1,16 @@
-from pytorch_metric_learning.losses import CrossBatchMemory as PMLCrossBatchMemory
+from pytorch_metric_learning.losses import CrossBatchMemory
 
 
-class CrossBatchMemory(PMLCrossBatchMemory):
+class CrossBatchMemoryWithClassWiseMultiSimilarity(CrossBatchMemory):
     """PML's CrossBatchMemory, also accepting our pair-based ClassWiseMultiSimilarityLoss.
 
     Behaves exactly like ``pytorch_metric_learning.losses.CrossBatchMemory``
     (same arguments, memory, miner and self-comparison handling); it only
-    extends ``supported_losses()``, the hook PML provides for this. The loss
-    then compares the batch (queries) with the memory (references), over
-    all batch-memory pairs except each sample with its own memory copy
-    (or over the mined pairs with a miner).
+    extends ``supported_losses()``, the hook PML provides for this (the
+    upstream kit adds the name to PML's own list instead). The loss then
+    compares the batch (queries) with the memory (references), over all
+    batch-memory pairs except each sample with its own memory copy (or over
+    the mined pairs with a miner).
 
     Our other losses (second operand a learnable per-class parameter, or the
     DRML head's outputs for the current batch) have no use for a memory of past
@@ -18,13 +19,13 @@ class CrossBatchMemory(PMLCrossBatchMemory):
 
     @staticmethod
     def supported_losses():
-        return PMLCrossBatchMemory.supported_losses() + ["ClassWiseMultiSimilarityLoss"]
+        return CrossBatchMemory.supported_losses() + ["ClassWiseMultiSimilarityLoss"]
 
     @classmethod
     def check_loss_support(cls, loss_name):
-        from . import FIELD_LOSSES
+        from . import ADDED_LOSSES
 
-        if loss_name not in cls.supported_losses() and loss_name in {c.__name__ for c in FIELD_LOSSES}:
+        if loss_name not in cls.supported_losses() and loss_name in {c.__name__ for c in ADDED_LOSSES}:
             raise ValueError(
                 f"CrossBatchMemory makes no sense for {loss_name}: it does not compare embeddings with "
                 "a reference set of other embeddings (it uses learnable per-class parameters, or the "
