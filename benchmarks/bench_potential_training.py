@@ -22,6 +22,7 @@ import statistics
 import time
 
 import torch
+from pytorch_metric_learning import losses as pml_losses
 
 from pml_fieldlosses import losses
 
@@ -45,7 +46,7 @@ def main():
     trunk = torch.nn.Linear(D, D)
 
     builders = {
-        "ProxyAnchor": lambda: losses.ProxyAnchorLoss(C, D),
+        "ProxyAnchor": lambda: pml_losses.ProxyAnchorLoss(C, D),
         "PFML": lambda: losses.PotentialFieldLoss(C, D),
         "CPML": lambda: losses.ContrastivePotentialLoss(C, D),
     }
