@@ -241,7 +241,6 @@ def test_real_build_from_npm(tmp_path):
         in_class = data.labels == label
         assert len(set(packages[in_class])) >= 4
         assert len(set(data.sources[in_class])) == in_class.sum()  # one image per source
-    flat = data.images.reshape(len(data.images), -1)
-    assert (flat.min(1) < 128).all()  # every image has dark ink
-    assert (flat.mean(1) < 250).all()  # and more than a speck
+    ink = (data.images.reshape(len(data.images), -1) < 128).mean(1)
+    assert (ink > 0.005).all()  # every image has dark ink (the lightest, phosphor's "dot": 0.8 %)
     assert {"close", "heart", "home", "search", "settings", "star"} <= set(data.class_names)
