@@ -18,7 +18,6 @@ own optimiser over ``loss.parameters()`` (BenchConfig.loss_lr_multiplier).
 """
 
 import dataclasses
-import inspect
 import re
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -75,16 +74,16 @@ class LossEntry:
     miner: Optional[Callable] = None
     # whether loss_class takes (num_classes, embedding_size) (proxies, class weights, mean fields)
     per_class: bool = True
-    # (num_classes, embedding_size, embedder, **options) -> loss, for a loss built otherwise
+    # (num_classes, embedding_size, **options) -> loss, for a loss built otherwise
     make: Optional[Callable] = None
     # (in_features, embedding_size) -> embedder module, or None for linear_embedder
     embedder: Optional[Callable] = None
 
-    def build(self, num_classes, embedding_size, embedder=None, **options):
+    def build(self, num_classes, embedding_size, **options):
         """The loss with the entry's value of its tuned hyperparameter (``options`` win)."""
         options = {self.tuned: self.value, **options}
         if self.make is not None:
-            return self.make(num_classes, embedding_size, embedder, **options)
+            return self.make(num_classes, embedding_size, **options)
         if self.per_class:
             return self.loss_class(num_classes, embedding_size, **options)
         return self.loss_class(**options)
@@ -112,14 +111,14 @@ class LossEntry:
         return [self.variant(v) for v in self.grid]
 
 
-def _drml(C, D, embedder, margin):  # the ProxyAnchor margin of the representation and branch losses
+def _drml(C, D, margin):
+    """DRML around ProxyAnchor, built like any loss (the head's branch outputs travel with
+    its output); ``margin``: the ProxyAnchor margin of the representation and branch losses."""
     base = pml_losses.ProxyAnchorLoss(C, D, margin=margin)
 
     def branches():
         return pml_losses.ProxyAnchorLoss(C, D // DRML_BRANCHES, margin=margin)
 
-    if "embedder" in inspect.signature(losses.RelationalLoss).parameters:  # until "DRML interface" lands
-        return losses.RelationalLoss(embedder, base, branch_losses=branches)
     return losses.RelationalLoss(base, branch_losses=branches, num_branches=DRML_BRANCHES, embedding_size=D)
 
 
@@ -193,7 +192,7 @@ def published(name, **options):
     """``(num_classes, embedding_size) -> loss``: the loss ``name`` at its
     published defaults (not the bench's selected value), with ``options``."""
     entry = get_entry(name).with_value(get_entry(name).default)
-    return lambda C, D: entry.build(C, D, None, **options)
+    return lambda C, D: entry.build(C, D, **options)
 
 
 def ours_by_class_name(mf_reg_weight=0.0):

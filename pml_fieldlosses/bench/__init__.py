@@ -36,9 +36,9 @@ def check_config(config, in_features, num_classes):
     not after an hour of other runs."""
     for name in config.losses:
         entry = get_entry(name)
-        embedder = entry.make_embedder(in_features, config.embedding_size)
         try:
-            entry.build(num_classes, config.embedding_size, embedder)
+            entry.make_embedder(in_features, config.embedding_size)
+            entry.build(num_classes, config.embedding_size)
         except (ValueError, TypeError) as e:
             raise ValueError(f"loss {name} cannot be built with these settings: {e}") from e
 

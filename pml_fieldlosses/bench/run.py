@@ -132,7 +132,7 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, report=
 
     trunk = inputs.make_trunk().to(device)
     embedder = entry.make_embedder(inputs.in_features, D).to(device)
-    loss = entry.build(C, D, embedder).to(device)
+    loss = entry.build(C, D).to(device)
     miner = entry.miner() if entry.miner else None
     models = {"trunk": trunk, "embedder": embedder, "metric_loss": loss}
     optimizers, schedulers, clippers = optimisation(models, config, inputs.trunk_lr_multiplier)
