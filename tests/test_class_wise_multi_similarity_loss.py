@@ -5,19 +5,21 @@ from pytorch_metric_learning import distances, miners, reducers
 from pml_fieldlosses import losses
 
 from . import naive
-from .helpers import assert_close, gradients
+from .helpers import DEVICE, DTYPES, assert_close, gradients
 
 LABELS = torch.tensor([0, 0, 1, 1, 1, 4, 7, 7, 7, 7])
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize(
     "miner", [miners.MultiSimilarityMiner(epsilon=0.1), miners.TripletMarginMiner(margin=0.5)]
 )
-def test_mined_pairs_match_naive(miner):
+def test_mined_pairs_match_naive(miner, dtype):
     torch.manual_seed(0)
-    x = torch.randn(len(LABELS), 6, dtype=torch.float64, requires_grad=True)
-    indices_tuple = miner(x, LABELS)
-    loss = losses.ClassWiseMultiSimilarityLoss(alpha=2.0, beta=10.0, base=0.5)(x, LABELS, indices_tuple)
+    x = torch.randn(len(LABELS), 6, dtype=torch.float64).to(DEVICE, dtype).requires_grad_()
+    labels = LABELS.to(DEVICE)
+    indices_tuple = miner(x, labels)
+    loss = losses.ClassWiseMultiSimilarityLoss(alpha=2.0, beta=10.0, base=0.5)(x, labels, indices_tuple)
     if len(indices_tuple) == 3:
         a, p, n = (t.tolist() for t in indices_tuple)
         pairs = set(zip(a, p)) | set(zip(a, n))
@@ -25,10 +27,10 @@ def test_mined_pairs_match_naive(miner):
         a1, p, a2, n = (t.tolist() for t in indices_tuple)
         pairs = set(zip(a1, p)) | set(zip(a2, n))
     assert 0 < len(pairs) < len(LABELS) ** 2
-    x64 = x.detach().clone().requires_grad_()
+    x64 = x.detach().double().requires_grad_()
     expected = naive.class_wise_multi_similarity(x64, LABELS.tolist(), 2.0, 10.0, 0.5, pairs=pairs)
-    assert_close(loss, expected, torch.float64)
-    assert_close(gradients(loss, [x])[0], gradients(expected, [x64])[0], torch.float64)
+    assert_close(loss, expected, dtype)
+    assert_close(gradients(loss, [x])[0], gradients(expected, [x64])[0], dtype)
 
 
 def test_miner_without_pairs_gives_zero_loss():
@@ -39,19 +41,19 @@ def test_miner_without_pairs_gives_zero_loss():
     assert loss.item() == 0 and torch.all(x.grad == 0)
 
 
-def test_sub_losses_have_one_element_per_class():
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_sub_losses_have_one_element_per_class(dtype):
     torch.manual_seed(0)
-    x = torch.randn(len(LABELS), 6, dtype=torch.float64)
-    parts = losses.ClassWiseMultiSimilarityLoss(reducer=reducers.DoNothingReducer())(x, LABELS)
+    x = torch.randn(len(LABELS), 6, dtype=torch.float64).to(DEVICE, dtype)
+    labels = LABELS.to(DEVICE)
+    parts = losses.ClassWiseMultiSimilarityLoss(reducer=reducers.DoNothingReducer())(x, labels)
     assert set(parts) == {"pos_loss", "neg_loss"}
     for part in parts.values():
         assert part["reduction_type"] == "element"
-        assert torch.equal(LABELS[part["indices"]], LABELS.unique())
+        assert torch.equal(labels[part["indices"]], labels.unique())
     total = parts["pos_loss"]["losses"].sum() + parts["neg_loss"]["losses"].sum()
-    assert_close(
-        losses.ClassWiseMultiSimilarityLoss(reducer=reducers.SumReducer())(x, LABELS), total, torch.float64
-    )
-    assert_close(losses.ClassWiseMultiSimilarityLoss()(x, LABELS), total / 4, torch.float64)
+    assert_close(losses.ClassWiseMultiSimilarityLoss(reducer=reducers.SumReducer())(x, labels), total, dtype)
+    assert_close(losses.ClassWiseMultiSimilarityLoss()(x, labels), total / 4, dtype)
 
 
 def test_hyperparameters_are_recordable_and_checked():

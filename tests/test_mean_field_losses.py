@@ -8,7 +8,16 @@ from pytorch_metric_learning import miners, reducers, regularizers
 
 from pml_fieldlosses import losses
 
-from .helpers import EMBEDDING_SIZE, MF_CASES, NUM_CLASSES, assert_close, gradients, make_embeddings
+from .helpers import (
+    DEVICE,
+    DTYPES,
+    EMBEDDING_SIZE,
+    MF_CASES,
+    NUM_CLASSES,
+    assert_close,
+    gradients,
+    make_embeddings,
+)
 
 MF_LOSSES = [losses.MeanFieldContrastiveLoss, losses.MeanFieldClassWiseMultiSimilarityLoss]
 LABELS = torch.tensor([0, 0, 1, 1, 1, 4, 7, 7, 7, 7])
@@ -20,36 +29,40 @@ def setup(case, seed=0, dtype=torch.float64):
     loss_fn = build()
     with torch.no_grad():
         loss_fn.mean_fields.copy_(torch.randn(NUM_CLASSES, EMBEDDING_SIZE, generator=g))
-    x = make_embeddings(len(LABELS), dtype, g).requires_grad_()
-    return loss_fn, reference, x
+    x = make_embeddings(len(LABELS), dtype, g, device=DEVICE).requires_grad_()
+    return loss_fn.to(DEVICE), reference, x
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", MF_CASES)
-def test_regularizer_in_small_blocks_matches_naive(case):
-    loss_fn, reference, x = setup(case)
+def test_regularizer_in_small_blocks_matches_naive(case, dtype):
+    loss_fn, reference, x = setup(case, dtype=dtype)
     loss_fn.reg_chunk_entries = 2 * NUM_CLASSES  # two rows per block, five blocks
-    loss = loss_fn(x, LABELS)
+    labels = LABELS.to(DEVICE)
+    loss = loss_fn(x, labels)
     grads = gradients(loss, [x, loss_fn.mean_fields])
-    w = loss_fn.mean_fields.detach().clone().requires_grad_()
-    x64 = x.detach().clone().requires_grad_()
+    w = loss_fn.mean_fields.detach().double().requires_grad_()
+    x64 = x.detach().double().requires_grad_()
     expected = reference(x64, LABELS.tolist(), w)
-    assert_close(loss, expected, torch.float64)
+    assert_close(loss, expected, dtype)
     for got, want in zip(grads, gradients(expected, [x64, w])):
-        assert_close(got, want, torch.float64)
+        assert_close(got, want, dtype)
     with torch.no_grad():  # the path without checkpointing
-        assert_close(loss_fn(x, LABELS), expected, torch.float64)
+        assert_close(loss_fn(x, labels), expected, dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", MF_CASES)
-def test_miner_output_becomes_sample_weights(case):
-    loss_fn, reference, x = setup(case, seed=1)
-    indices_tuple = miners.MultiSimilarityMiner(epsilon=0.5)(x, LABELS)
+def test_miner_output_becomes_sample_weights(case, dtype):
+    loss_fn, reference, x = setup(case, seed=1, dtype=dtype)
+    labels = LABELS.to(DEVICE)
+    indices_tuple = miners.MultiSimilarityMiner(epsilon=0.5)(x, labels)
     counts = Counter(i for t in indices_tuple for i in t.tolist())
     weights = [counts[i] / max(counts.values()) for i in range(len(LABELS))]
     assert len(set(weights)) > 1, "the miner should weight the samples unequally"
-    loss = loss_fn(x, LABELS, indices_tuple)
-    expected = reference(x.detach(), LABELS.tolist(), loss_fn.mean_fields.detach(), weights)
-    assert_close(loss, expected, torch.float64)
+    loss = loss_fn(x, labels, indices_tuple)
+    expected = reference(x.detach().double(), LABELS.tolist(), loss_fn.mean_fields.detach().double(), weights)
+    assert_close(loss, expected, dtype)
 
 
 @pytest.mark.parametrize("loss_class", MF_LOSSES)
