@@ -66,9 +66,10 @@ def build_relational():
     torch.manual_seed(0)
     embedder = RelationalEmbedder(IN_DIM + 3, D, num_branches=2).double()
     loss_func = losses.RelationalLoss(
-        embedder,
         pml_losses.ProxyAnchorLoss(C, D),
         branch_losses=lambda: pml_losses.ProxyAnchorLoss(C, D // 2),
+        num_branches=embedder.num_branches,
+        embedding_size=D,
     ).double()
     data = torch.randn(BATCH, IN_DIM + 3, dtype=torch.float64)
     return embedder, loss_func, data, build("ClassWiseMultiSimilarity")[3]

@@ -35,9 +35,10 @@ def build(name, num_classes, embedding_size, device):
         ).to(device)
     embedder = RelationalEmbedder(16, embedding_size, num_branches=4).to(device)
     loss_func = losses.RelationalLoss(
-        embedder,
         pml_losses.ProxyAnchorLoss(num_classes, embedding_size),
         lambda: pml_losses.ProxyAnchorLoss(num_classes, embedder.branch_size),
+        num_branches=embedder.num_branches,
+        embedding_size=embedding_size,
     ).to(device)
     return embedder, loss_func
 
