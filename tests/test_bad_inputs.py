@@ -200,3 +200,24 @@ def test_huge_finite_embeddings_normalise_like_unit_ones(loss_name, dtype):
     tol = dict(rtol=1e-4, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-15)
     torch.testing.assert_close(loss, expected, **tol)
     torch.testing.assert_close(grad * huge, expected_grad, rtol=tol["rtol"], atol=tol["rtol"] * expected_grad.abs().max())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("loss_class", [losses.MeanFieldContrastiveLoss, losses.MeanFieldClassWiseMultiSimilarityLoss])
+def test_huge_mean_fields_normalise_like_unit_ones(loss_class, dtype):
+    """The mean fields are normalised on every use like the embeddings: huge rows
+    (a diverged run, a user's initialisation) must not become zero vectors."""
+    huge = 1e20 if dtype == torch.float32 else 1e300
+    loss_fn = loss_class(C, D, mf_reg_weight=0.5).to(DEVICE, dtype)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(6, D, generator=g, dtype=torch.float64).to(DEVICE, dtype)
+    labels = torch.tensor([0, 4, 4, 2, 0, 1], device=DEVICE)
+    expected = loss_fn(x, labels)
+    (expected_grad,) = torch.autograd.grad(expected, [loss_fn.mean_fields])
+    with torch.no_grad():
+        loss_fn.mean_fields.mul_(huge)
+    loss = loss_fn(x, labels)
+    (grad,) = torch.autograd.grad(loss, [loss_fn.mean_fields])
+    tol = dict(rtol=1e-4, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close(loss, expected, **tol)
+    torch.testing.assert_close(grad * huge, expected_grad, rtol=tol["rtol"], atol=tol["rtol"] * expected_grad.abs().max())

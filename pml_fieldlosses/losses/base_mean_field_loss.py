@@ -5,6 +5,7 @@ from pytorch_metric_learning.utils import common_functions as c_f
 from torch.utils.checkpoint import checkpoint
 
 from ..utils import checks
+from ..utils.loss_utils import scale_rows_for_normalize
 from .mixins import CheckedForwardMixin
 
 
@@ -62,7 +63,7 @@ class BaseMeanFieldLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         checkpointing): memory O(reg_chunk_entries + C D) instead of O(C^2)."""
         if self.mf_reg_weight == 0:
             return self.zero_loss()
-        mean_fields = self.distance.normalize(self.mean_fields)
+        mean_fields = self.distance.normalize(self.normalizable_mean_fields())
         C = self.num_classes
         rows = max(1, self.reg_chunk_entries // C)
         total = 0
@@ -80,6 +81,11 @@ class BaseMeanFieldLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         = rows start.. of the mean fields, tail = rows start..C-1."""
         terms = self.regularizer_terms(self.distance.compute_mat(block, tail)) ** self.mf_reg_power
         return torch.triu(terms, diagonal=1).sum()
+
+    def normalizable_mean_fields(self):
+        """The mean fields, rows that would overflow ||row|| divided by a power of
+        two (exact, see scale_rows_for_normalize; as the embeddings)."""
+        return scale_rows_for_normalize(self.mean_fields)
 
     def compute_data_loss(self, embeddings, labels, indices_tuple):
         raise NotImplementedError

@@ -67,7 +67,7 @@ def scale_rows_for_normalize(x):
     """x with each row whose sum of squares could overflow (largest |entry|
     >= 2**(max_exponent / 2 - 10): ~1.8e16 in float32, ~1e151 in float64)
     divided by a power of two that brings its largest |entry| into [0.5, 1);
-    other rows (and None) unchanged, bit for bit.
+    other rows unchanged, bit for bit (None stays None).
 
     For losses that L2-normalise their inputs: ||x|| overflows to inf for
     rows as large as ~1e19 in float32, and x / ||x|| becomes a zero vector
@@ -81,7 +81,6 @@ def scale_rows_for_normalize(x):
     max_exponent = torch.frexp(torch.tensor(torch.finfo(x.dtype).max, dtype=x.dtype)).exponent.item()
     threshold = 2.0 ** (max_exponent // 2 - 10)
     largest = x.detach().abs().amax(dim=1, keepdim=True)
-    if not (largest >= threshold).any():
-        return x
+    # no branch on the values (no device synchronisation): other rows are multiplied by 1
     exponent = torch.frexp(largest).exponent.masked_fill(largest < threshold, 0)
     return x * torch.pow(x.new_tensor(2.0), -exponent.to(x.dtype))
