@@ -13,6 +13,14 @@ from pml_fieldlosses.models import BranchOutputs, RelationalEmbedder, branch_out
 from .helpers import DTYPES, assert_close
 from .naive import nrm
 
+ALL_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+HALF = (torch.float16, torch.bfloat16)
+
+
+def skip_half_training(dtype):
+    if dtype in HALF:  # TEST_DTYPES=float16 on a GPU
+        pytest.skip("a half-precision head is for inference only; see test_every_dtype_pair_*")
+
 
 def naive_forward(module, features):
     """Spec 7.3 with explicit loops over samples and branches, from the module's
@@ -97,6 +105,7 @@ def test_output_at_initialisation_is_the_concatenated_normalised_nodes():
 )
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_hand_computed_forward(score_bias, expected, dtype):
+    skip_half_training(dtype)
     module = make_module(4, 4, 2, dtype)
     with torch.no_grad():
         for layer in [module.nodes, module.a_edges, module.b_edges, module.decoders]:
@@ -117,6 +126,7 @@ def test_hand_computed_forward(score_bias, expected, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("integrator", ["random", "messages_only"])
 def test_forward_and_gradients_match_naive_loops(dtype, integrator):
+    skip_half_training(dtype)
     g = torch.Generator().manual_seed(3)
     module = make_module(12, 6, 3, dtype)
     randomize(module, g)
@@ -270,3 +280,126 @@ def test_bad_construction(kwargs, match):
 def test_bad_features(features, error, match):
     with pytest.raises(error, match=match):
         make_module()(features)
+
+
+def accepts(head_dtype, features_dtype, autocast, training):
+    """The documented dtype policy: the head computes in its parameters' dtype, so the
+    features must have it; under autocast any pair works except with float64 on one side
+    only (autocast does not cast float64). A half-precision head is for inference only."""
+    if training and head_dtype in HALF:
+        return False
+    if head_dtype == features_dtype:
+        return True
+    return autocast and torch.float64 not in (head_dtype, features_dtype)
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("autocast", [False, True], ids=["plain", "autocast"])
+@pytest.mark.parametrize("features_dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("head_dtype", ALL_DTYPES, ids=str)
+def test_every_dtype_pair_computes_or_gives_our_error(head_dtype, features_dtype, autocast, training):
+    g = torch.Generator().manual_seed(2)
+    module = make_module(12, 6, 3)
+    randomize(module, g)
+    features = torch.randn(5, 12, generator=g, dtype=torch.float64)
+    # the reference: float64 loops on the parameters and features as rounded to the dtypes used
+    module.to(head_dtype).train(training)
+    reference = copy.deepcopy(module).double()
+    features = features.to(features_dtype)
+    expected = naive_forward(reference, features.double())
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        if not accepts(head_dtype, features_dtype, autocast, training):
+            match = "train it with float32" if training and head_dtype in HALF else "features have dtype"
+            with pytest.raises(TypeError, match=match):
+                module(features)
+            return
+        embeddings = module(features)
+    # compared at the tolerance of the lowest precision involved
+    involved = [head_dtype, features_dtype] + ([torch.bfloat16] if autocast else [])
+    lowest = max(involved, key=lambda d: torch.finfo(d).eps)
+    assert torch.isfinite(embeddings).all()
+    assert_close(embeddings, expected[0], lowest)
+    if training:
+        outputs = branch_outputs_of(embeddings)
+        # reconstruction errors in at least float32 (a float16 square overflows from about 256)
+        assert outputs.errors.dtype == torch.promote_types(torch.float32, embeddings.dtype)
+        assert_close(outputs.nodes, expected[1], lowest)
+        assert_close(outputs.errors, expected[2], lowest)
+
+
+@pytest.mark.parametrize(
+    "dtype, scale",
+    [(torch.float32, 1e19), (torch.float32, 1e30), (torch.float64, 1e160), (torch.float64, 1e300)],
+    ids=["f32-1e19", "f32-1e30", "f64-1e160", "f64-1e300"],
+)
+def test_huge_finite_features(dtype, scale):
+    """The nodes are normalised scale-free (exact for any finite magnitude), so in eval mode
+    huge features give the exact embeddings; in training mode the reconstruction error, a
+    mean of squares, overflows: our error, never inf."""
+    g = torch.Generator().manual_seed(4)
+    module = make_module(12, 6, 3, dtype)
+    randomize(module, g)
+    with torch.no_grad():  # without the biases the head is scale-free in exact arithmetic:
+        for layer in [module.nodes, module.a_edges, module.b_edges, module.score]:
+            layer.bias.zero_()
+    unit = torch.randn(5, 12, generator=g, dtype=torch.float64)
+    features = (unit * scale).to(dtype).requires_grad_()
+    with pytest.raises(ValueError, match="features are too large for the head .* reconstruction error"):
+        module(features)
+    module.eval()
+    embeddings = module(features)
+    # ... so the reference is the float64 loops on the unscaled features
+    expected = naive_forward(copy.deepcopy(module).double(), features.detach().double() / scale)[0]
+    assert_close(embeddings, expected, dtype)
+    (grad,) = torch.autograd.grad(embeddings.sum(), features)
+    assert torch.isfinite(grad).all() and grad.abs().sum() > 0  # scale-free: d/dh ~ 1/|h|, not 0
+
+
+def test_largest_features_a_training_forward_computes():
+    # float32: mean over 4 dims of (1e18)^2 is 1e36, below float32's 3.4e38: exact
+    module = make_module(12, 6, 3)
+    features = torch.full((2, 12), 1e18)
+    errors = branch_outputs_of(module(features)).errors
+    assert torch.isfinite(errors).all()
+    assert_close(errors, naive_forward(copy.deepcopy(module).double(), features.double())[2], torch.float32)
+
+
+def test_edge_score_overflow_is_our_error():
+    module = make_module(12, 6, 3).eval()
+    with torch.no_grad():
+        module.score.weight.fill_(1.0)
+        module.a_edges.weight.fill_(1e30)  # w_s . a_i of features 1e10 is ~1e40: beyond float32
+    with pytest.raises(ValueError, match="too large for the head .* edge scores"):
+        module(torch.full((2, 12), 1e10))
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_features(value, training):
+    module = make_module().train(training)
+    features = torch.randn(4, 12)
+    features[1, 5] = value
+    with pytest.raises(ValueError, match="features contain NaN or inf"):
+        module(features)
+
+
+def test_features_on_another_device():
+    with pytest.raises(ValueError, match="features are on meta but the head's parameters on cpu"):
+        make_module()(torch.empty(4, 12, device="meta"))
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_zero_rows_and_columns_in_every_dtype(dtype):
+    """A zero node pre-activation gives a zero node and a column of zero scores a zero
+    message in every dtype (the official 1e-12 floor is 0 in float16: it gave 0/0 = NaN)."""
+    module = make_module(8, 4, 2).to(dtype).train(dtype not in HALF)
+    with torch.no_grad():
+        module.score.weight.zero_()
+        module.score.bias.fill_(-1.0)  # every score relu(-1) = 0
+        module.nodes.weight[1].zero_()  # branch 1's node pre-activation is its bias, 0
+    features = torch.randn(5, 8).to(dtype).requires_grad_()
+    embeddings = module(features)
+    assert torch.isfinite(embeddings).all()
+    assert not embeddings[:, 2:].any()  # [n_2 | u_2] with n_2 = 0 and u_2 = 0
+    embeddings.float().sum().backward()
+    assert torch.isfinite(features.grad).all()

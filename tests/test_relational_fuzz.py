@@ -1,11 +1,12 @@
 """The DRML head and RelationalLoss under random shapes, dtypes, scales and bad inputs
 (hypothesis), and under torch.use_deterministic_algorithms."""
 
+import math
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from pytorch_metric_learning.losses import ProxyAnchorLoss
 
 from pml_fieldlosses.losses import RelationalLoss
@@ -22,6 +23,9 @@ def build(num_classes, num_branches, branch_in, branch_size):
     return embedder, loss_func
 
 
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
 @st.composite
 def cases(draw):
     return dict(
@@ -30,11 +34,30 @@ def cases(draw):
         branch_in=draw(st.integers(1, 8)),
         branch_size=draw(st.integers(1, 8)),
         batch_size=draw(st.integers(1, 16)),
-        dtype=draw(st.sampled_from([torch.float32, torch.float64, torch.bfloat16])),
-        scale=draw(st.sampled_from([1e-20, 1e-3, 1.0, 1e4])),
+        head_dtype=draw(st.sampled_from(DTYPES)),
+        features_dtype=draw(st.sampled_from(DTYPES)),
+        autocast=draw(st.booleans()),
+        scale=draw(st.sampled_from([1e-20, 1e-3, 1.0, 1e4, 1e19, 1e30, 1e160, 1e300])),
         special=draw(st.sampled_from(["none", "zeros", "duplicates", "nan", "bad_label"])),
         seed=draw(st.integers(0, 2**31 - 1)),
     )
+
+
+def dtype_accepted(head_dtype, features_dtype, autocast):
+    """docs/models.md: a training-mode head has float32/float64 parameters and computes in
+    their dtype; under autocast any features but float64 with a float32 head."""
+    if head_dtype not in (torch.float32, torch.float64):
+        return False
+    return head_dtype == features_dtype or (autocast and torch.float64 not in (head_dtype, features_dtype))
+
+
+def may_be_too_large(features, head_dtype):
+    """Where the head may refuse finite features as too large: the reconstruction error
+    (a mean of squares, in at least float32) or, in a half-precision head, the edge
+    scores (features times weights) leave the dtype's range; 1e-3 of those bounds."""
+    error_dtype = torch.promote_types(head_dtype, torch.float32)
+    bound = min(math.sqrt(torch.finfo(error_dtype).max), torch.finfo(head_dtype).max) * 1e-3
+    return features.abs().max().item() >= bound
 
 
 def check_case(case):
@@ -42,8 +65,9 @@ def check_case(case):
     embedder, loss_func = build(
         case["num_classes"], case["num_branches"], case["branch_in"], case["branch_size"]
     )
-    embedder.to(case["dtype"] if case["dtype"] == torch.float64 else torch.float32)
-    loss_func.to(torch.float64 if case["dtype"] == torch.float64 else torch.float32)
+    head_dtype = case["head_dtype"]
+    embedder.to(head_dtype)
+    loss_func.to(torch.float64 if head_dtype == torch.float64 else torch.float32)
     features = torch.randn(case["batch_size"], embedder.in_features, dtype=torch.float64) * case["scale"]
     labels = torch.randint(0, case["num_classes"], (case["batch_size"],))
     if case["special"] == "zeros":
@@ -54,22 +78,36 @@ def check_case(case):
         features[0, 0] = float("nan")
     elif case["special"] == "bad_label":
         labels[0] = case["num_classes"]
-    features = features.to(case["dtype"]).requires_grad_()
+    features = features.to(case["features_dtype"]).requires_grad_()
+    finite_features = bool(torch.isfinite(features).all())  # the cast may overflow to inf
     try:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=case["dtype"] == torch.bfloat16):
-            loss = loss_func(
-                embedder(features.float() if case["dtype"] == torch.bfloat16 else features), labels
-            )
-    except (ValueError, TypeError) as error:
-        assert case["special"] in ("nan", "bad_label"), f"unexpected refusal: {error}"
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=case["autocast"]):
+            loss = loss_func(embedder(features), labels)
+    except TypeError as error:
+        assert not dtype_accepted(head_dtype, case["features_dtype"], case["autocast"]), error
+        assert "features have dtype" in str(error) or "train it with float32" in str(error), error
         return
-    assert case["special"] in ("none", "zeros", "duplicates"), f"{case['special']} input was accepted"
+    except ValueError as error:
+        message = str(error)
+        if "NaN or inf" in message:
+            assert not finite_features, message
+        elif "too large" in message or "overflows" in message:
+            assert finite_features and may_be_too_large(features, head_dtype), message
+        else:
+            assert case["special"] == "bad_label" and "labels must be in" in message, message
+        return
+    assert dtype_accepted(head_dtype, case["features_dtype"], case["autocast"]), "dtype pair accepted"
+    assert finite_features and case["special"] != "bad_label", f"{case['special']} input was accepted"
     loss.backward()
     assert torch.isfinite(loss)
     assert torch.isfinite(features.grad.float()).all()
     for p in list(embedder.parameters()) + list(loss_func.parameters()):
-        assert p.dtype in (torch.float32, torch.float64)
-        assert p.grad is None or torch.isfinite(p.grad).all()
+        assert p.dtype in (head_dtype, torch.float32, torch.float64)
+        assert p.grad is None or torch.isfinite(p.grad.float()).all()
+    if case["special"] == "none" and case["scale"] >= 1e-3 and case["branch_size"] >= 2:
+        # no silent zero gradient: huge features get the (tiny) scale-free gradient (with
+        # branch_size 1 the nodes are +-1 and the features' gradient is exactly 0)
+        assert features.grad.abs().sum() > 0
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

@@ -148,9 +148,7 @@ def test_logging_hooks_subset_miner_and_model_saving(tmp_path):
     tester = make_tester(end_of_testing_hook=hooks.end_of_testing_hook)
     model_folder = tmp_path / "models"
     models = make_models()
-    loss_funcs = {
-        "metric_loss": RelationalLoss(**loss_funcs_kwargs(), collect_stats=True)
-    }
+    loss_funcs = {"metric_loss": RelationalLoss(**loss_funcs_kwargs(), collect_stats=True)}
     subset_miner = FirstSamples(48, models["embedder"])
     trainer = trainers.MetricLossOnly(
         models,

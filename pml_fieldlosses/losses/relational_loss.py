@@ -1,4 +1,5 @@
 import copy
+import math
 
 import torch
 from pytorch_metric_learning.losses import BaseMetricLossFunction
@@ -149,7 +150,10 @@ class RelationalLoss(BaseMetricLossFunction):
             embeddings, nodes, errors = upcast_half(embeddings), upcast_half(nodes), upcast_half(errors)
             loss_dict = self.loss_terms(embeddings, nodes, errors, labels, indices_tuple)
             self.add_embedding_regularization_to_loss_dict(loss_dict, embeddings)
-            return self.reducer(loss_dict, embeddings, labels)
+            loss = self.reducer(loss_dict, embeddings, labels)
+        if not torch.isfinite(loss.detach()):  # one device synchronisation
+            self.explain_non_finite(loss_dict, loss)
+        return loss
 
     def compute_loss(self, embeddings, labels, indices_tuple, ref_emb, ref_labels):
         """PML's hook: the loss dict of the three weighted terms for ``embeddings``,
@@ -175,12 +179,32 @@ class RelationalLoss(BaseMetricLossFunction):
     def loss_terms(self, embeddings, nodes, errors, labels, indices_tuple):
         branch_loss = self.branch_loss(nodes, errors, labels, indices_tuple)
         representation_loss = self.base_loss(embeddings, labels, indices_tuple)
-        reconstruction_loss = errors.mean()
+        # the mean, divided before the sum: errors near the dtype's largest value have a finite mean
+        reconstruction_loss = errors.div(errors.numel()).sum()
         return {
             "branch_loss": already_reduced(branch_loss),
             "representation_loss": already_reduced(self.representation_weight * representation_loss),
             "reconstruction_loss": already_reduced(self.reconstruction_weight * reconstruction_loss),
         }
+
+    def explain_non_finite(self, loss_dict, loss):
+        """A clear error instead of returning a NaN/inf loss: which term, and why."""
+        causes = {
+            "branch_loss": "one of the branch losses returned it",
+            "representation_loss": f"representation_weight={self.representation_weight:g} times "
+            f"base_loss ({type(self.base_loss).__name__})",
+            "reconstruction_loss": f"reconstruction_weight={self.reconstruction_weight:g} times the mean "
+            "reconstruction error",
+        }
+        values = {name: scalar(term["losses"]) for name, term in loss_dict.items()}
+        for name, value in values.items():
+            if not math.isfinite(value):
+                cause = causes.get(name, "the embedding regularizer returned it")
+                raise ValueError(f"RelationalLoss's {name} is {value}: {cause}")
+        raise ValueError(
+            f"RelationalLoss is {scalar(loss)}: the sum of its finite terms overflows "
+            f"{loss.dtype} ({', '.join(f'{n}={v:g}' for n, v in values.items())})"
+        )
 
     def branch_loss(self, nodes, errors, labels, indices_tuple):
         """Sum over branches of the branch loss on the samples assigned to the branch."""
@@ -249,6 +273,10 @@ def check_size_attribute(name, loss, expected):
         raise ValueError(
             f"{name} was built with embedding_size={size}, but it receives embeddings of size {expected}"
         )
+
+
+def scalar(value):
+    return float(torch.as_tensor(value).detach())
 
 
 def already_reduced(loss):

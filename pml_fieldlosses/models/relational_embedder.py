@@ -4,6 +4,7 @@ import math
 import torch
 
 from ..utils import checks
+from ..utils.loss_utils import scale_rows_for_normalize, upcast_half
 
 BranchOutputs = collections.namedtuple("BranchOutputs", ["nodes", "errors", "version"])
 BranchOutputs.__doc__ = """Side outputs of one training-mode forward of a RelationalEmbedder,
@@ -46,6 +47,20 @@ def branch_outputs_of(embeddings, name="embeddings"):
             f"{tuple(nodes.shape)}, errors {tuple(errors.shape)} (expected (batch, K, E) and (batch, K))"
         )
     return outputs
+
+
+def smallest_eps(dtype):
+    """1e-12, the official code's floor for norms and sums, or the dtype's smallest normal
+    number where 1e-12 is not representable (float16: 1e-12 rounds to 0 there, and 0/0 = NaN)."""
+    return max(1e-12, torch.finfo(dtype).tiny)
+
+
+def normalize_rows(x):
+    """x / ||x|| over the last dimension, for any finite magnitude: rows whose sum of squares
+    would overflow are first divided by a power of two (exact, and x / ||x|| does not depend
+    on the scale); a zero row stays zero."""
+    flat = scale_rows_for_normalize(x.reshape(-1, x.shape[-1])).reshape(x.shape)
+    return torch.nn.functional.normalize(flat, dim=-1, eps=smallest_eps(x.dtype))
 
 
 class BranchLinear(torch.nn.Module):
@@ -136,9 +151,13 @@ class RelationalEmbedder(torch.nn.Module):
 
     def forward(self, features):
         self.check_features(features)
+        if features.dtype != self.nodes.weight.dtype:
+            # half features under autocast: their gradient comes back saturated at the dtype's
+            # largest value (e.g. the 1/eps slope of normalising a zero node is 1e12)
+            features = upcast_half(features)
         h = features.reshape(len(features), self.num_branches, self.branch_in_features)
         h_detached = h.detach()
-        nodes = torch.nn.functional.normalize(self.nodes(h), dim=-1)
+        nodes = normalize_rows(self.nodes(h))
 
         # score_ij = relu(w_s . (a_i - b_j) + b_s) = relu(w_s . a_i - w_s . b_j + b_s): the score
         # function is linear, so it is applied to the edge projections a, b before the difference
@@ -147,14 +166,18 @@ class RelationalEmbedder(torch.nn.Module):
         alpha = self.a_edges.project(h_detached, w_s) + self.score.bias
         beta = self.b_edges.project(h_detached, w_s)
         scores = torch.relu(alpha.unsqueeze(2) - beta.unsqueeze(1))
-        adjacency = scores / scores.sum(dim=1, keepdim=True).clamp_min(1e-12)
+        adjacency = scores / scores.sum(dim=1, keepdim=True).clamp_min(smallest_eps(scores.dtype))
         # u_j = sum_i A_ij n_i as a broadcast sum: K is small, faster than B tiny matmuls
         messages = (adjacency.unsqueeze(-1) * nodes.unsqueeze(2)).sum(dim=1)
         embeddings = self.integrator(torch.cat([nodes, messages], dim=-1)).flatten(1)
 
+        errors = None
         if self.training:
             reconstruction = self.decoders(nodes.detach())
-            errors = (h_detached - reconstruction).square().mean(dim=-1)
+            # in at least float32: a squared error of float16 values overflows from about 256
+            errors = (upcast_half(h_detached) - upcast_half(reconstruction)).square().mean(dim=-1)
+        self.check_outputs(features, embeddings, errors)
+        if self.training:
             # a plain attribute: it stays with this tensor object (and with what returns the same
             # object, e.g. .to() to its own dtype); any new tensor made from it has none
             embeddings.branch_outputs = BranchOutputs(nodes, errors, embeddings._version)
@@ -172,6 +195,51 @@ class RelationalEmbedder(torch.nn.Module):
             )
         if features.shape[0] == 0:
             raise ValueError("features is empty (batch size 0)")
+        weight = self.nodes.weight
+        if features.device != weight.device:
+            raise ValueError(
+                f"features are on {features.device} but the head's parameters on {weight.device}: "
+                f"move one of them (features.to('{weight.device}') or embedder.to('{features.device}'))"
+            )
+        if self.training and weight.dtype not in (torch.float32, torch.float64):
+            raise TypeError(
+                f"the head's parameters are {weight.dtype}: train it with float32 (or float64) parameters, "
+                f"under torch.autocast for half precision (embedder.float()); a {weight.dtype} head is for "
+                "inference (eval mode) only: its updates and gradients (e.g. the 1/eps slope of "
+                "normalising a zero node) do not fit the dtype"
+            )
+        # the head computes in its parameters' dtype, or under autocast in the autocast dtype;
+        # autocast leaves float64 alone, so float64 must then be on both sides or on neither
+        autocast = torch.is_autocast_enabled(features.device.type)
+        if features.dtype != weight.dtype and (
+            not autocast or torch.float64 in (features.dtype, weight.dtype)
+        ):
+            raise TypeError(
+                f"features have dtype {features.dtype} but the head's parameters are {weight.dtype}"
+                + (" under torch.autocast, which does not cast float64" if autocast else "")
+                + f": cast the features (features.to({weight.dtype})) or the head "
+                f"(embedder.to({features.dtype}))"
+                + ("" if autocast else ", or call the head under torch.autocast")
+            )
+
+    def check_outputs(self, features, embeddings, errors):
+        """A clear error instead of NaN/inf outputs (one device synchronisation)."""
+        finite = torch.isfinite(embeddings).all()
+        if errors is not None:
+            finite = finite & torch.isfinite(errors).all()
+        if finite:
+            return
+        if not torch.isfinite(features).all():
+            raise ValueError("features contain NaN or inf values")
+        if errors is not None and not torch.isfinite(errors).all():
+            where = f"the reconstruction error (a mean of squared differences) overflows {errors.dtype}"
+        else:
+            where = f"the edge scores (features times edge weights) overflow {embeddings.dtype}"
+        largest = features.detach().abs().max().item()
+        raise ValueError(
+            f"features are too large for the head (largest |feature| {largest:.3g}): {where}. "
+            "Scale the trunk's output down (e.g. end the trunk with a BatchNorm or LayerNorm)."
+        )
 
     def extra_repr(self):
         return (
