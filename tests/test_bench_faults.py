@@ -299,3 +299,15 @@ def test_ctrl_c_on_the_bench_command_keeps_finished_runs_and_resumes(folder, tmp
     assert time.monotonic() - start < 15 and wait_dead(workers)
     kept = list((tmp_path / "out").glob("*/runs/*/seed*/result.json"))
     assert kept and all(RunResult.read(path) for path in kept)
+
+
+def test_a_worker_that_dies_is_named_with_its_job():
+    from pml_fieldlosses.bench import scheduler
+
+    def job(shared, n, report):
+        if n == 2:
+            os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's out-of-memory killer would
+        return n
+
+    with pytest.raises(RuntimeError, match="running 2 died .*-9"):
+        scheduler.run_jobs(job, None, [0, 1, 2, 3], workers=2)

@@ -16,9 +16,9 @@ import ctypes
 import ctypes.util
 import functools
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
-import queue
 import signal
 import sys
 import threading
@@ -44,23 +44,18 @@ def die_with_parent(parent_pid):
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _worker(function, shared, parent_pid, tasks, events):
+def _worker(function, shared, parent_pid, conn):
     die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
-    while True:
-        item = tasks.get()
-        if item is None:
-            return
-        index, job = item
-        report = functools.partial(_report, events, index)
+    while (job := conn.recv()) is not None:
         try:
-            events.put(("done", index, function(shared, job, report)))
+            conn.send(("done", function(shared, job, functools.partial(_report, conn))))
         except BaseException as e:  # noqa: BLE001 (sent to the parent, which raises it)
-            events.put(("error", index, (_picklable(e), "".join(traceback.format_exception(e)))))
+            conn.send(("error", (_picklable(e), "".join(traceback.format_exception(e)))))
 
 
-def _report(events, index, **info):
-    events.put(("progress", index, info))
+def _report(conn, **info):
+    conn.send(("progress", info))
 
 
 def _progress(on_event, job, **info):
@@ -97,40 +92,41 @@ def run_jobs(function, shared, jobs, workers, on_event=None, keep_results=True):
     if workers <= 1 or len(jobs) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return _in_process(function, shared, jobs, on_event, keep_results)
     context = multiprocessing.get_context("fork")
-    tasks, events = context.SimpleQueue(), context.Queue()
-    args = (function, shared, os.getpid(), tasks, events)
-    processes = [
-        context.Process(target=_worker, args=args, daemon=True) for _ in range(min(workers, len(jobs)))
-    ]
-    results, pending = {}, list(enumerate(jobs))
+    results, pending, busy, processes = {}, list(enumerate(jobs)), {}, {}
     try:
-        for process in processes:
-            process.start()
-            tasks.put(pending.pop(0))
-        while len(results) < len(jobs):
-            try:
-                kind, index, value = events.get(timeout=1.0)
-            except queue.Empty:
-                dead = [p for p in processes if p.exitcode is not None]
-                if dead:
+        for _ in range(min(workers, len(jobs))):
+            conn, child = context.Pipe()
+            processes[conn] = context.Process(target=_worker, args=(function, shared, os.getpid(), child))
+            processes[conn].start()
+            child.close()  # so that the parent sees EOF when this worker dies
+            busy[conn] = pending.pop(0)
+            conn.send(busy[conn][1])
+        while busy:
+            for conn in multiprocessing.connection.wait(list(busy)):
+                index, job = busy[conn]
+                try:
+                    kind, value = conn.recv()
+                except EOFError:
+                    processes[conn].join()
                     raise RuntimeError(
-                        f"a worker process died (exit code {dead[0].exitcode}) during a run"
+                        f"the worker process running {job} died (exit code {processes[conn].exitcode}; "
+                        "-9: killed, e.g. out of memory)"
                     ) from None
-                continue
-            if kind == "error":
-                error, text = value
-                raise error from RuntimeError(f"in the worker running {jobs[index]!r}:\n{text}")
-            if kind == "done":
-                results[index] = value if keep_results else None
-                if pending:
-                    tasks.put(pending.pop(0))
-            on_event(kind, jobs[index], value)
-        for _ in processes:
-            tasks.put(None)
-        for process in processes:
+                if kind == "error":
+                    raise value[0] from RuntimeError(f"in the worker running {job!r}:\n{value[1]}")
+                if kind == "done":
+                    results[index] = value if keep_results else None
+                    del busy[conn]
+                    if pending:
+                        busy[conn] = pending.pop(0)
+                        conn.send(busy[conn][1])
+                    else:
+                        conn.send(None)
+                on_event(kind, job, value)
+        for process in processes.values():
             process.join()
     finally:
-        stop(processes)
+        stop(list(processes.values()))
     return [results[i] for i in range(len(jobs))]
 
 
