@@ -1,0 +1,3 @@
+from .kit import main
+
+main()
