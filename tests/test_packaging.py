@@ -229,3 +229,17 @@ def test_core_install_finds_the_pb_config_root(core_venv):
     root = Path(run([python, "-c", code], cwd=core_venv).stdout.strip())
     assert (root / "config_foldernames.yaml").is_file()
     assert root.resolve().is_relative_to(core_venv.resolve()) and "share" in root.parts
+
+
+def test_ci_runs_readme_test_command():
+    """.ci/run runs README's test command, character for character; README has exactly
+    two set-up commands (the main job, the tests), each installing the extras it needs."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## The two set-up commands", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"```bash\n(.*?)\n```", section, flags=re.S)
+    assert len(commands) == 2
+    main_job, tests = commands
+    assert tests in (ROOT / ".ci" / "run").read_text().splitlines()
+    assert '".[bench,faiss-cpu]"' in main_job and main_job.endswith("pml-fieldlosses bench")
+    extras = re.search(r'pip install -e "\.\[([^\]]+)\]"', tests)[1].split(",")
+    assert set(extras) == {"test", "bench", "pb", "faiss-cpu", "cluster"}
