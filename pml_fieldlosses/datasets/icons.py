@@ -218,11 +218,11 @@ DEFAULT_SOURCES = tuple(SOURCES)
 LICENSES = {s.name: LICENSES_BY_PACKAGE[s.package] for s in SOURCES.values()}
 
 # names that some sets give to a concept that other sets call by the main name:
-# {alias: main name}. Only renamings of the same concept, each checked on the
-# pinned packages: the sets using the alias do not draw the main name, except
-# at most one (Font Awesome, whose aliases are copies), where the file named
-# by the main name is kept. Not merged: home/house, pencil/edit, user/person,
-# cog/settings, where several sets draw both as different icons.
+# {alias: main name}. Checked on the pinned packages: no set but Font Awesome
+# (x, xmark, magnifying-glass, add, remove) and Material (photo, call) has both
+# names, and there the file of the main name is kept (the right one: Font
+# Awesome's x is the letter, its remove the xmark). Not merged: home/house,
+# pencil/edit, user/person, cog/settings, which several sets draw as different icons.
 SYNONYMS = {
     "x": "close",
     "xmark": "close",
