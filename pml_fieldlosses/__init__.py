@@ -3,6 +3,7 @@
 from . import losses, models
 
 __version__ = "0.1.0"
+__all__ = ["losses", "models", "register"]
 
 
 def register():

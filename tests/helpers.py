@@ -23,7 +23,9 @@ def dtypes_from_env(variable="TEST_DTYPES", default="float32,float64"):
     for name in os.environ.get(variable, default).split(","):
         dtype = getattr(torch, name.strip(), None)
         if not isinstance(dtype, torch.dtype) or dtype not in TOLERANCES:
-            raise ValueError(f"{variable}: unknown dtype {name.strip()!r}; use some of {sorted(map(str, TOLERANCES))}")
+            raise ValueError(
+                f"{variable}: unknown dtype {name.strip()!r}; use some of {sorted(map(str, TOLERANCES))}"
+            )
         dtypes.append(dtype)
     return dtypes
 

@@ -86,19 +86,47 @@ BAD_CONSTRUCTIONS = [
     ),
     (losses.MeanFieldClassWiseMultiSimilarityLoss, dict(num_classes=C, embedding_size=D, alpha=0), "alpha"),
     (losses.MeanFieldClassWiseMultiSimilarityLoss, dict(num_classes=C, embedding_size=D, beta=-2), "beta"),
-    (losses.MeanFieldContrastiveLoss, dict(num_classes=C, embedding_size=D, neg_margin=float("inf")), "neg_margin"),
-    (losses.MeanFieldContrastiveLoss, dict(num_classes=C, embedding_size=D, pos_margin=float("nan")), "pos_margin"),
-    (losses.MeanFieldContrastiveLoss, dict(num_classes=C, embedding_size=D, mf_reg_weight=float("inf")), "mf_reg_weight"),
-    (losses.MeanFieldContrastiveLoss, dict(num_classes=C, embedding_size=D, mf_reg_power=float("nan")), "mf_reg_power"),
+    (
+        losses.MeanFieldContrastiveLoss,
+        dict(num_classes=C, embedding_size=D, neg_margin=float("inf")),
+        "neg_margin",
+    ),
+    (
+        losses.MeanFieldContrastiveLoss,
+        dict(num_classes=C, embedding_size=D, pos_margin=float("nan")),
+        "pos_margin",
+    ),
+    (
+        losses.MeanFieldContrastiveLoss,
+        dict(num_classes=C, embedding_size=D, mf_reg_weight=float("inf")),
+        "mf_reg_weight",
+    ),
+    (
+        losses.MeanFieldContrastiveLoss,
+        dict(num_classes=C, embedding_size=D, mf_reg_power=float("nan")),
+        "mf_reg_power",
+    ),
     (
         losses.MeanFieldContrastiveLoss,
         dict(num_classes=C, embedding_size=D, neg_margin=1e3, mf_reg_weight=1, mf_reg_power=20),
         "mf_reg_power",
     ),
-    (losses.MeanFieldClassWiseMultiSimilarityLoss, dict(num_classes=C, embedding_size=D, alpha=float("nan")), "alpha"),
+    (
+        losses.MeanFieldClassWiseMultiSimilarityLoss,
+        dict(num_classes=C, embedding_size=D, alpha=float("nan")),
+        "alpha",
+    ),
     (losses.MeanFieldClassWiseMultiSimilarityLoss, dict(num_classes=C, embedding_size=D, beta=1e40), "beta"),
-    (losses.MeanFieldClassWiseMultiSimilarityLoss, dict(num_classes=C, embedding_size=D, alpha=1e-38), "alpha"),
-    (losses.MeanFieldClassWiseMultiSimilarityLoss, dict(num_classes=C, embedding_size=D, base=float("-inf")), "base"),
+    (
+        losses.MeanFieldClassWiseMultiSimilarityLoss,
+        dict(num_classes=C, embedding_size=D, alpha=1e-38),
+        "alpha",
+    ),
+    (
+        losses.MeanFieldClassWiseMultiSimilarityLoss,
+        dict(num_classes=C, embedding_size=D, base=float("-inf")),
+        "base",
+    ),
     (losses.ClassWiseMultiSimilarityLoss, dict(alpha=float("inf")), "alpha"),
     (losses.ClassWiseMultiSimilarityLoss, dict(beta=float("nan")), "beta"),
     (losses.ClassWiseMultiSimilarityLoss, dict(base=float("nan")), "base"),
@@ -158,7 +186,9 @@ def test_integer_label_dtypes_with_a_reference_set():
 
 def test_reference_set_of_another_dtype_is_refused():
     loss_fn = losses.ClassWiseMultiSimilarityLoss()
-    with pytest.raises(TypeError, match="ref_emb has dtype torch.float64 but embeddings has dtype torch.float32"):
+    with pytest.raises(
+        TypeError, match="ref_emb has dtype torch.float64 but embeddings has dtype torch.float32"
+    ):
         loss_fn(x, y, ref_emb=torch.randn(2, D, dtype=torch.float64), ref_labels=torch.tensor([0, 1]))
 
 
@@ -199,11 +229,15 @@ def test_huge_finite_embeddings_normalise_like_unit_ones(loss_name, dtype):
     assert torch.isfinite(loss) and (grad != 0).any()
     tol = dict(rtol=1e-4, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-15)
     torch.testing.assert_close(loss, expected, **tol)
-    torch.testing.assert_close(grad * huge, expected_grad, rtol=tol["rtol"], atol=tol["rtol"] * expected_grad.abs().max())
+    torch.testing.assert_close(
+        grad * huge, expected_grad, rtol=tol["rtol"], atol=tol["rtol"] * expected_grad.abs().max()
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-@pytest.mark.parametrize("loss_class", [losses.MeanFieldContrastiveLoss, losses.MeanFieldClassWiseMultiSimilarityLoss])
+@pytest.mark.parametrize(
+    "loss_class", [losses.MeanFieldContrastiveLoss, losses.MeanFieldClassWiseMultiSimilarityLoss]
+)
 def test_huge_mean_fields_normalise_like_unit_ones(loss_class, dtype):
     """The mean fields are normalised on every use like the embeddings: huge rows
     (a diverged run, a user's initialisation) must not become zero vectors."""
@@ -220,4 +254,6 @@ def test_huge_mean_fields_normalise_like_unit_ones(loss_class, dtype):
     (grad,) = torch.autograd.grad(loss, [loss_fn.mean_fields])
     tol = dict(rtol=1e-4, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-15)
     torch.testing.assert_close(loss, expected, **tol)
-    torch.testing.assert_close(grad * huge, expected_grad, rtol=tol["rtol"], atol=tol["rtol"] * expected_grad.abs().max())
+    torch.testing.assert_close(
+        grad * huge, expected_grad, rtol=tol["rtol"], atol=tol["rtol"] * expected_grad.abs().max()
+    )

@@ -44,7 +44,9 @@ def test_other_losses_keep_pml_behaviour():
     ours = losses.CrossBatchMemoryWithClassWiseMultiSimilarity.supported_losses()
     assert ours[:-1] == pml_losses.CrossBatchMemory.supported_losses()
     assert ours[-1] == "ClassWiseMultiSimilarityLoss"
-    memory = losses.CrossBatchMemoryWithClassWiseMultiSimilarity(pml_losses.ContrastiveLoss(), 4, memory_size=8)
+    memory = losses.CrossBatchMemoryWithClassWiseMultiSimilarity(
+        pml_losses.ContrastiveLoss(), 4, memory_size=8
+    )
     assert torch.isfinite(memory(torch.randn(4, 4), torch.tensor([0, 0, 1, 1])))
     with pytest.raises(Exception, match="not supported for ProxyAnchorLoss"):
         losses.CrossBatchMemoryWithClassWiseMultiSimilarity(pml_losses.ProxyAnchorLoss(3, 4), 4)

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch.nn.parallel import DistributedDataParallel as DDP
 from pytorch_metric_learning import losses as pml_losses
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from pml_fieldlosses import losses
 from pml_fieldlosses.models import RelationalEmbedder

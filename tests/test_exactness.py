@@ -13,9 +13,9 @@ from .helpers import (
     CWMS_CASES,
     DEVICE,
     DTYPES,
-    LOSS_DTYPE,
     EMBEDDING_SIZE,
     LABEL_PATTERNS,
+    LOSS_DTYPE,
     MF_CASES,
     NUM_CLASSES,
     assert_close,
@@ -87,7 +87,10 @@ def test_class_wise_multi_similarity_with_ref_matches_naive(case, dtype):
     x = make_embeddings(len(labels), dtype, g, device=DEVICE).requires_grad_()
     ref = make_embeddings(len(ref_labels), dtype, g, device=DEVICE).requires_grad_()
     loss = build()(
-        x, torch.tensor(labels, device=DEVICE), ref_emb=ref, ref_labels=torch.tensor(ref_labels, device=DEVICE)
+        x,
+        torch.tensor(labels, device=DEVICE),
+        ref_emb=ref,
+        ref_labels=torch.tensor(ref_labels, device=DEVICE),
     )
     grad_x, grad_ref = gradients(loss, [x, ref])
 

@@ -163,6 +163,8 @@ def test_fuzz_hyperparameters_refused_by_name_or_finite(name, argument, value, d
     loss = loss_func(x, y)
     loss.backward()
     assert torch.isfinite(loss), f"{argument}={value} was accepted but gives loss {loss}"
-    assert torch.isfinite(x.grad.float()).all(), f"{argument}={value} was accepted but gives a non-finite gradient"
+    assert torch.isfinite(x.grad.float()).all(), (
+        f"{argument}={value} was accepted but gives a non-finite gradient"
+    )
     for p in loss_func.parameters():
         assert torch.isfinite(p.grad).all(), f"{argument}={value}: non-finite parameter gradient"

@@ -36,7 +36,9 @@ def test_added_losses_are_all_our_losses():
         and not name.startswith("Base")
     }
     assert concrete == set(losses.ADDED_LOSSES)
-    assert [cls.__name__ for cls in losses.ADDED_LOSSES] == sorted(cls.__name__ for cls in losses.ADDED_LOSSES)
+    assert [cls.__name__ for cls in losses.ADDED_LOSSES] == sorted(
+        cls.__name__ for cls in losses.ADDED_LOSSES
+    )
 
 
 def test_register_is_explicit_and_idempotent():
@@ -45,6 +47,6 @@ def test_register_is_explicit_and_idempotent():
     assert names == [cls.__name__ for cls in losses.ADDED_LOSSES]
     for name in names:
         assert getattr(pml_losses, name) is getattr(losses, name)
-    loss = getattr(pml_losses, "MeanFieldContrastiveLoss")(num_classes=3, embedding_size=2)
+    loss = pml_losses.MeanFieldContrastiveLoss(num_classes=3, embedding_size=2)
     assert isinstance(loss, losses.MeanFieldContrastiveLoss)
     assert pml_losses.CrossBatchMemory.__module__.startswith("pytorch_metric_learning")  # PML's untouched

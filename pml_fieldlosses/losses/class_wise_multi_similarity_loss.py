@@ -95,4 +95,4 @@ def check_multi_similarity_hyperparameters(alpha, beta, base):
     checks.check_finite_number("base", base)
     for name, value in (("alpha", alpha), ("beta", beta)):
         checks.check_fits_float32(f"{name} * (1 + |base|), the largest exponent,", value * (1 + abs(base)))
-        checks.check_fits_float32(f"log(2) / {name}, the scale of the log terms,", lambda: math.log(2) / value)
+        checks.check_fits_float32(f"log(2) / {name}, the scale of the log terms,", math.log(2) / value)

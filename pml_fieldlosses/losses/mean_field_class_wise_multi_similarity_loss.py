@@ -53,10 +53,12 @@ class MeanFieldClassWiseMultiSimilarityLoss(BaseMeanFieldLoss):
         checks.check_fits_float32(
             "the mean-field regulariser, mf_reg_weight * num_classes * mf_reg_power * "
             "(1 - base + log(2) / beta) ** mf_reg_power,",
-            lambda: mf_reg_weight
-            * num_classes
-            * mf_reg_power
-            * max(max(1 - base, 0) + math.log(2) / beta, 1) ** mf_reg_power,
+            lambda: (
+                mf_reg_weight
+                * num_classes
+                * mf_reg_power
+                * max(max(1 - base, 0) + math.log(2) / beta, 1) ** mf_reg_power
+            ),
         )
         self.alpha = alpha
         self.beta = beta

@@ -30,8 +30,16 @@ DEFAULT_OUT = pathlib.Path(__file__).resolve().parents[2] / "tests" / "data" / "
 
 # (name, official class, hyperparameters as the official constructor names them)
 LOSSES = [
-    ("MeanFieldContrastive", "MeanFieldContrastiveLoss", dict(pos_margin=0.02, neg_margin=0.3, mf_reg=0.0, mf_power=2)),
-    ("MeanFieldContrastive_reg", "MeanFieldContrastiveLoss", dict(pos_margin=0.1, neg_margin=0.9, mf_reg=0.5, mf_power=2)),
+    (
+        "MeanFieldContrastive",
+        "MeanFieldContrastiveLoss",
+        dict(pos_margin=0.02, neg_margin=0.3, mf_reg=0.0, mf_power=2),
+    ),
+    (
+        "MeanFieldContrastive_reg",
+        "MeanFieldContrastiveLoss",
+        dict(pos_margin=0.1, neg_margin=0.9, mf_reg=0.5, mf_power=2),
+    ),
     (
         "MeanFieldClassWiseMultiSimilarity",
         "MeanFieldClassWiseMultiSimilarityLoss",
@@ -96,8 +104,8 @@ def main():
     torch.set_default_dtype(torch.float64)
     official, root = load_official(args.checkout)
     commit = subprocess.run(
-        ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+        ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()  # "unknown" for a checkout that is not a git work tree
     cases = []
     for loss_name, class_name, kwargs in LOSSES:
         for input_name, seed, batch_size, embedding_size, num_classes, labels in INPUTS:
