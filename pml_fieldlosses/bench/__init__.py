@@ -21,7 +21,15 @@ from .baseline import untrained_test_embeddings
 from .features import prepare_inputs
 from .metrics import PRIMARY
 from .protocol import BenchConfig, make_split, quick_config
-from .result import UNTRAINED, BenchFileError, add_wall_time, read_json, run_folder, write_json
+from .result import (
+    UNTRAINED,
+    BenchFileError,
+    add_wall_time,
+    earlier_wall_times,
+    read_json,
+    run_folder,
+    write_json,
+)
 from .runs import run_all
 
 __all__ = ["LOSSES", "BenchConfig", "load_data", "quick_config", "run_bench"]
@@ -50,9 +58,22 @@ def run_bench(config, file=None):
     out_dir = Path(config.out) / config.folder_name()
     print(f"pml-fieldlosses bench -> {out_dir}", file=file)
     dataset, split, inputs, data_seconds = prepare(config, out_dir, file)
+    earlier = earlier_wall_times(out_dir)  # a bad file fails now, not after the runs
+    try:  # an interrupted or failed invocation's time counts too
+        rows = _run_and_report(config, out_dir, dataset, split, inputs, file, start, earlier, data_seconds)
+    finally:
+        seconds = time.perf_counter() - start
+        total, invocations = add_wall_time(out_dir, seconds)
+    print(
+        f"wall time: {seconds:.0f} s ({invocations} invocation(s) on this folder: {total:.0f} s)",
+        file=sys.stdout,
+    )
+    return rows
+
+
+def _run_and_report(config, out_dir, dataset, split, inputs, file, start, earlier, data_seconds):
     results = run_all(inputs, config, out_dir, file=file)
     rows = report.summarize(results)
-    wall, invocations = add_wall_time(out_dir, time.perf_counter() - start)
     info = {
         "data": _describe(config, dataset),
         "train_classes": split.num_train_classes,
@@ -61,8 +82,8 @@ def run_bench(config, file=None):
         "train_images": len(split.train),
         "val_images": len(split.val),
         "test_images": len(split.test),
-        "wall_seconds": wall,
-        "wall_note": f"the sum of {invocations} invocation(s); "
+        "wall_seconds": sum(earlier) + time.perf_counter() - start,
+        "wall_note": f"the sum of {len(earlier) + 1} invocation(s) up to this report; "
         f"this one included {data_seconds:.0f} s of data loading"
         + (f" and {inputs.seconds:.0f} s of feature extraction" if inputs.seconds else ""),
         "licenses": {v: LICENSES[v] for v in set(dataset.sources) if v in LICENSES},
@@ -74,10 +95,6 @@ def run_bench(config, file=None):
     write_json(out_dir / "summary.json", {"rows": rows, "info": info})
     print("\n" + report.text_table(rows), file=sys.stdout)
     print(f"\nreport: {out_dir / 'README.md'}", file=sys.stdout)
-    print(
-        f"wall time: {time.perf_counter() - start:.0f} s (all invocations on this folder: {wall:.0f} s)",
-        file=sys.stdout,
-    )
     return rows
 
 

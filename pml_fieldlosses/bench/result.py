@@ -90,18 +90,25 @@ def run_folder(out_dir, name, seed):
     return Path(out_dir) / "runs" / safe_name(name) / f"seed{seed}"
 
 
+def earlier_wall_times(out_dir):
+    """The wall seconds of the earlier invocations on ``out_dir`` (its wall_time.json)."""
+    path = Path(out_dir) / "wall_time.json"
+    if not path.exists():
+        return []
+    data = read_json(path)
+    invocations = data.get("invocations") if isinstance(data, dict) else None
+    if not isinstance(invocations, list) or not all(isinstance(s, (int, float)) for s in invocations):
+        raise BenchFileError(
+            f"{path} is not a list of invocation seconds; delete it (rm '{path}') to start the sum afresh"
+        )
+    return invocations
+
+
 def add_wall_time(out_dir, seconds):
     """Add this invocation's ``seconds`` to the folder's wall_time.json; returns
     (total seconds, invocations)."""
-    path = Path(out_dir) / "wall_time.json"
-    invocations = []
-    if path.exists():
-        data = read_json(path)
-        invocations = data.get("invocations") if isinstance(data, dict) else None
-        if not isinstance(invocations, list) or not all(isinstance(s, (int, float)) for s in invocations):
-            raise BenchFileError(
-                f"{path} is not a list of invocation seconds; delete it (rm '{path}') to start the sum afresh"
-            )
-    invocations.append(float(seconds))
-    write_json(path, {"invocations": invocations, "total_seconds": sum(invocations)})
+    invocations = [*earlier_wall_times(out_dir), float(seconds)]
+    write_json(
+        Path(out_dir) / "wall_time.json", {"invocations": invocations, "total_seconds": sum(invocations)}
+    )
     return sum(invocations), len(invocations)

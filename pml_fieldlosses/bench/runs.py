@@ -121,7 +121,7 @@ class Progress:
         work = sum(
             epochs * _mean(self.epoch_seconds.get(name), fallback) for (name, _), epochs in self.left.items()
         )
-        return f"time left ≤ ~{_minutes(work / self.workers)}"
+        return f"time left ≤ ~{_minutes(work / self.workers)} at this speed"
 
     def close(self):
         self.bar.close()
