@@ -55,12 +55,15 @@ def smallest_eps(dtype):
     return max(1e-12, torch.finfo(dtype).tiny)
 
 
-def normalize_rows(x):
-    """x / ||x|| over the last dimension, for any finite magnitude: rows whose sum of squares
-    would overflow are first divided by a power of two (exact, and x / ||x|| does not depend
-    on the scale); a zero row stays zero."""
-    flat = scale_rows_for_normalize(x.reshape(-1, x.shape[-1])).reshape(x.shape)
-    return torch.nn.functional.normalize(flat, dim=-1, eps=smallest_eps(x.dtype))
+def normalize_rows(x, rescale=False):
+    """x / max(||x||, eps) over the last dimension (torch's normalize) and the norms. With
+    rescale, rows whose sum of squares would overflow are first divided by a power of two
+    (exact, and x / ||x|| does not depend on the scale): the exact unit rows for any finite
+    magnitude, where the plain norms overflow to inf and give zero rows."""
+    if rescale:
+        x = scale_rows_for_normalize(x.reshape(-1, x.shape[-1])).reshape(x.shape)
+    norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    return x / norms.clamp_min(smallest_eps(x.dtype)), norms
 
 
 class BranchLinear(torch.nn.Module):
@@ -155,9 +158,30 @@ class RelationalEmbedder(torch.nn.Module):
             # half features under autocast: their gradient comes back saturated at the dtype's
             # largest value (e.g. the 1/eps slope of normalising a zero node is 1e12)
             features = upcast_half(features)
+        embeddings, nodes, errors, norms = self.compute(features)
+        # one device synchronisation: all outputs finite and no node norm overflowed (which
+        # gives a zero node) if their sum is finite (one pass each; a NaN or inf propagates);
+        # otherwise, check each (a sum of huge finite values may overflow by itself), and
+        # compute features too large for the plain norms again, rescaled
+        total = embeddings.detach().sum() + norms.detach().sum()
+        if errors is not None:
+            total = total + errors.detach().sum()
+        if not torch.isfinite(total):
+            if torch.isfinite(features).all() and not torch.isfinite(norms).all():
+                embeddings, nodes, errors, _ = self.compute(features, rescale=True)
+            self.check_outputs(features, embeddings, errors)
+        if self.training:
+            # a plain attribute: it stays with this tensor object (and with what returns the same
+            # object, e.g. .to() to its own dtype); any new tensor made from it has none
+            embeddings.branch_outputs = BranchOutputs(nodes, errors, embeddings._version)
+        return embeddings
+
+    def compute(self, features, rescale=False):
+        """Spec 7.3: embeddings, nodes, norms of the node pre-activations and (training mode)
+        the reconstruction errors; rescale: see normalize_rows."""
         h = features.reshape(len(features), self.num_branches, self.branch_in_features)
         h_detached = h.detach()
-        nodes = normalize_rows(self.nodes(h))
+        nodes, norms = normalize_rows(self.nodes(h), rescale)
 
         # score_ij = relu(w_s . (a_i - b_j) + b_s) = relu(w_s . a_i - w_s . b_j + b_s): the score
         # function is linear, so it is applied to the edge projections a, b before the difference
@@ -176,12 +200,7 @@ class RelationalEmbedder(torch.nn.Module):
             reconstruction = self.decoders(nodes.detach())
             # in at least float32: a squared error of float16 values overflows from about 256
             errors = (upcast_half(h_detached) - upcast_half(reconstruction)).square().mean(dim=-1)
-        self.check_outputs(features, embeddings, errors)
-        if self.training:
-            # a plain attribute: it stays with this tensor object (and with what returns the same
-            # object, e.g. .to() to its own dtype); any new tensor made from it has none
-            embeddings.branch_outputs = BranchOutputs(nodes, errors, embeddings._version)
-        return embeddings
+        return embeddings, nodes, errors, norms
 
     def check_features(self, features):
         if not torch.is_tensor(features):
@@ -223,7 +242,7 @@ class RelationalEmbedder(torch.nn.Module):
             )
 
     def check_outputs(self, features, embeddings, errors):
-        """A clear error instead of NaN/inf outputs (one device synchronisation)."""
+        """A clear error instead of NaN/inf outputs."""
         finite = torch.isfinite(embeddings).all()
         if errors is not None:
             finite = finite & torch.isfinite(errors).all()
