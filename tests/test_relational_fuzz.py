@@ -39,6 +39,7 @@ def cases(draw):
         autocast=draw(st.booleans()),
         scale=draw(st.sampled_from([1e-20, 1e-3, 1.0, 1e4, 1e19, 1e30, 1e160, 1e300])),
         special=draw(st.sampled_from(["none", "zeros", "duplicates", "nan", "bad_label"])),
+        label_dtype=draw(st.sampled_from([torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8])),
         seed=draw(st.integers(0, 2**31 - 1)),
     )
 
@@ -78,6 +79,7 @@ def check_case(case):
         features[0, 0] = float("nan")
     elif case["special"] == "bad_label":
         labels[0] = case["num_classes"]
+    labels = labels.to(case["label_dtype"])
     features = features.to(case["features_dtype"]).requires_grad_()
     finite_features = bool(torch.isfinite(features).all())  # the cast may overflow to inf
     try:

@@ -588,3 +588,17 @@ def test_finite_terms_whose_sum_overflows_are_our_error():
         ValueError, match=r"sum of its finite terms overflows torch.float32 \(branch_loss=2e\+38"
     ):
         loss_fn(embedder(features), labels)
+
+
+@pytest.mark.parametrize("label_dtype", [torch.int32, torch.uint8], ids=str)
+@pytest.mark.parametrize("case", LOSS_CASES)
+def test_labels_of_every_integer_dtype(case, label_dtype):
+    """Labels of any integer dtype give the int64 result (PML's ProxyAnchorLoss alone fails
+    deep inside torch on int32 labels: one_hot needs int64)."""
+    embedder = make_embedder()
+    features, labels = features_and_labels(torch.float32)
+    torch.manual_seed(0)
+    expected = RelationalLoss(**LOSS_CASES[case]())(embedder(features), labels)
+    torch.manual_seed(0)
+    loss = RelationalLoss(**LOSS_CASES[case]())(embedder(features), labels.to(label_dtype))
+    torch.testing.assert_close(loss, expected)

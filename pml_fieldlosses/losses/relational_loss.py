@@ -145,7 +145,9 @@ class RelationalLoss(BaseMetricLossFunction):
             raise ValueError("RelationalLoss does not support ref_emb/ref_labels")
         nodes, errors = self.branch_outputs(embeddings)
         self.reset_stats()
-        labels = c_f.to_device(labels, embeddings)
+        # any integer dtype as int64 on the embeddings' device: the base and branch losses may
+        # index with them (PML's ProxyAnchorLoss one_hot needs int64)
+        labels = checks.as_index_labels(labels, embeddings)
         with torch.autocast(embeddings.device.type, enabled=False):
             embeddings, nodes, errors = upcast_half(embeddings), upcast_half(nodes), upcast_half(errors)
             loss_dict = self.loss_terms(embeddings, nodes, errors, labels, indices_tuple)
