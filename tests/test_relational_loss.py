@@ -330,20 +330,26 @@ def test_several_forwards_and_eval_forwards_before_the_loss():
         loss_fn(eval_outputs, labels)
 
 
-def gathered_like_ddp(embeddings):
-    """What PML's DistributedLossWrapper hands the loss: the batches of all ranks
-    (here two copies of this one) gathered into a new tensor."""
-    return torch.cat([embeddings, embeddings.detach()])
+def gathered_like_ddp(embeddings, labels, monkeypatch):
+    """What PML's DistributedLossWrapper hands the loss on 2 ranks: PML's own
+    ``distributed.gather`` with the other rank's batch (here a copy of this one) in
+    place of the process group's all_gather."""
+    from pytorch_metric_learning.utils import distributed as pml_distributed
+
+    monkeypatch.setattr(
+        pml_distributed, "all_gather_embeddings_and_labels", lambda e, y: (e.detach().clone(), y.clone())
+    )
+    all_embeddings, all_labels, _ = pml_distributed.gather(embeddings, labels)
+    return all_embeddings, all_labels
 
 
-def test_errors_for_tensors_other_than_the_training_output():
+def test_errors_for_tensors_other_than_the_training_output(monkeypatch):
     embedder = make_embedder()
     loss_fn = RelationalLoss(**LOSS_CASES["ProxyAnchor"]())
     features, labels = features_and_labels(torch.float32)
     with pytest.raises(RuntimeError, match="carry no branch outputs .* training-mode forward"):
         loss_fn(torch.randn(len(LABELS), EMBEDDING_SIZE), labels)
     embeddings = embedder(features)
-    two_ranks = torch.cat([labels, labels])
     for modified, modified_labels in [
         (embeddings.clone(), labels),
         (embeddings * 1.0, labels),
@@ -352,7 +358,7 @@ def test_errors_for_tensors_other_than_the_training_output():
         (embeddings[:5], labels[:5]),
         (embeddings.double(), labels),
         (embeddings.to(torch.bfloat16), labels),
-        (gathered_like_ddp(embeddings), two_ranks),
+        gathered_like_ddp(embeddings, labels, monkeypatch),
     ]:
         with pytest.raises(RuntimeError, match="carry no branch outputs"):
             loss_fn(modified, modified_labels)
