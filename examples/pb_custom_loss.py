@@ -55,15 +55,15 @@ class NearestProxyHingeLoss(WeightRegularizerMixin, BaseMetricLossFunction):
 
 
 LOSS_CONFIG = """\
-loss_funcs:
+loss_funcs~OVERRIDE~:
   metric_loss:
     NearestProxyHingeLoss:
       embedding_size: 128
       margin: 0.2
-sampler:
+sampler~OVERRIDE~:
   MPerClassSampler:
     m: 1
-mining_funcs: {}
+mining_funcs~OVERRIDE~: {}
 """
 OPTIMIZER_CONFIG = """\
 optimizers:
@@ -81,7 +81,8 @@ def run(experiments):
     (configs / "config_loss_and_miners" / "nearest_proxy_hinge.yaml").write_text(LOSS_CONFIG)
     (configs / "config_optimizers" / "nearest_proxy_hinge.yaml").write_text(OPTIMIZER_CONFIG)
     # this script is the module that holds the loss; pb's options as the shell would split them
-    quick = ["--config_dataset", "[synthetic]", "--config_models", "[tiny]", "--config_transforms", "[small]"]
+    quick = ["--config_dataset", "[default,", "synthetic]", "--config_models", "[default,", "tiny]"]
+    quick += ["--config_transforms", "[default,", "small]"]
     quick += ["--config_general", "[default,", "quick]", "--config_eval", "[default,", "quick]"]
     quick += ["--sampler~APPLY~2", "{length_before_new_iter:", "256}"]
     common = ["--register", f"loss={__name__}", "--root_config_folder", str(configs)]

@@ -1,6 +1,7 @@
-"""What the powerful-benchmarker tests share: skipping when pb's stack is absent."""
+"""What the powerful-benchmarker tests share: skipping when pb's stack or npm is absent."""
 
 import importlib.util
+import shutil
 
 import pytest
 
@@ -14,3 +15,10 @@ def pb_skip(*modules):
         "'pml-fieldlosses[pb]' and pip install --no-deps powerful-benchmarker==0.9.33, see docs/benchmarker.md",
     )
     return missing, mark
+
+
+def npm_skip():
+    """A skip mark for tests on the emoji data where npm (which builds it) is missing."""
+    return pytest.mark.skipif(
+        shutil.which("npm") is None, reason="the emoji data is built with npm (not found): install Node.js"
+    )

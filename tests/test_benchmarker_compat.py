@@ -22,7 +22,7 @@ if not MISSING:
     from pytorch_metric_learning.utils import logging_presets
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
-    from pml_fieldlosses.benchmarker import compat, launcher, registration
+    from pml_fieldlosses.benchmarker import compat, launcher, records, registration
 
 MAP_R = "mean_average_precision_at_r"
 
@@ -56,7 +56,7 @@ def table_rows(folder, table):
 
 
 def legacy_keeper(folder):
-    return compat.get_legacy_record_keeper(csv_folder=str(folder))
+    return records.get_legacy_record_keeper(csv_folder=str(folder))
 
 
 def test_restore_identity_in_pml(monkeypatch):
@@ -72,11 +72,11 @@ def test_restore_identity_in_pml(monkeypatch):
 def test_get_record_keeper_without_save_figures(tmp_path):
     with pytest.raises(TypeError, match="save_figures"):
         logging_presets.get_record_keeper(csv_folder=str(tmp_path / "a"), save_figures=False)
-    keeper = compat.get_legacy_record_keeper(csv_folder=str(tmp_path / "b"), save_figures=False)
-    assert isinstance(keeper, compat.LegacyRecordKeeper)
-    factory = compat.RecordKeeperFactory(getter=None)
+    keeper = records.get_legacy_record_keeper(csv_folder=str(tmp_path / "b"), save_figures=False)
+    assert isinstance(keeper, records.LegacyRecordKeeper)
+    factory = records.RecordKeeperFactory(getter=None)
     assert isinstance(
-        factory.create({"csv_folder": str(tmp_path / "c"), "save_figures": True}), compat.LegacyRecordKeeper
+        factory.create({"csv_folder": str(tmp_path / "c"), "save_figures": True}), records.LegacyRecordKeeper
     )
 
 
@@ -129,7 +129,7 @@ def test_record_keeper_csv_rows_of_interrupted_saves(tmp_path):
     with open(csv_file, "a") as f:
         f.write("1,1,0.25\n")  # the interrupted save: CSV only
     (tmp_path / "orphan.csv").write_text("~iteration~,x\n3,4\n")  # its table was never written
-    plain, _, _ = logging_presets.get_record_keeper(csv_folder=str(tmp_path))
+    _plain, _, _ = logging_presets.get_record_keeper(csv_folder=str(tmp_path))
     assert csv_file.read_text() != completed  # record-keeper alone keeps the stale row
     keeper = legacy_keeper(tmp_path)
     assert csv_file.read_text() == completed and not (tmp_path / "orphan.csv").exists()

@@ -20,7 +20,7 @@ if not MISSING:
     from powerful_benchmarker.runners.single_experiment_runner import SingleExperimentRunner
 
     from pml_fieldlosses import losses
-    from pml_fieldlosses.benchmarker import compat, launcher, registration, synthetic
+    from pml_fieldlosses.benchmarker import compat, launcher, protocol, records, registration, synthetic
     from pml_fieldlosses.models import RelationalEmbedder
 
 CONFIG_ROOT = Path(__file__).resolve().parents[1] / "configs"
@@ -57,11 +57,14 @@ def test_registration_finds_our_classes_by_name(getter):
     )
     for kind, name, cls in (
         ("factory", "LossFactory", compat.LossFactory),
+        ("factory", "TransformFactory", compat.TransformFactory),
+        ("split_manager", "MLRCSplitManager", protocol.MLRCSplitManager),
+        ("aggregator", "MeanAggregator", protocol.MeanAggregator),
+        ("ensemble", "ConcatenateEmbeddings", protocol.ConcatenateEmbeddings),
         ("factory", "ModelFactory", registration.ModelFactory),
         ("factory", "TesterFactory", compat.TesterFactory),
-        ("factory", "RecordKeeperFactory", compat.RecordKeeperFactory),
+        ("factory", "RecordKeeperFactory", records.RecordKeeperFactory),
         ("hook_container", "HookContainer", compat.HookContainer),
-        ("api_parser", "APIMetricLossOnly", compat.APIMetricLossOnly),
     ):
         assert getter.get(kind, class_name=name, return_uninitialized=True)[0] is cls
 
@@ -81,15 +84,15 @@ def test_model_factory_trunks_and_embedders(getter):
         model_factory(getter).create_trunk({"Identity": {}})
 
 
-def test_loss_factory_builds_the_drml_loss_around_the_embedder(getter):
-    embedder = RelationalEmbedder(in_features=64, embedding_size=32, num_branches=4)
-    spec = yaml.safe_load((CONFIG_ROOT / "config_loss_and_miners" / "drml_proxy_anchor.yaml").read_text())
+def test_loss_factory_builds_the_drml_loss_as_an_ordinary_loss(getter):
+    embedder = RelationalEmbedder(in_features=64, embedding_size=128, num_branches=4)
+    spec = merged_configs("config_loss_and_miners", ["default", "drml_proxy_anchor"])
     loss = compat.LossFactory(getter=getter).create(
-        named_specs=spec["loss_funcs"], kwargs={"num_classes": 6, "models": {"embedder": embedder}}
+        named_specs=spec["loss_funcs"], kwargs={"num_classes": 6}
     )["metric_loss"]
-    assert loss.base_loss.proxies.shape == (6, 32)
-    assert [branch.proxies.shape for branch in loss.branch_losses.values()] == [(6, 8)] * 4
-    assert len({id(branch) for branch in loss.branch_losses.values()}) == 4  # a new loss per branch
+    assert loss.base_loss.proxies.shape == (6, 128)
+    assert [branch.proxies.shape for branch in loss.branch_losses.values()] == [(6, 32)] * 4
+    assert len({id(branch) for branch in loss.branch_losses.values()}) == 4  # a copy per branch
     assert loss.base_loss.margin == 0.2 and loss.representation_weight == 10
     parameter_ids = {id(p) for p in loss.parameters()}
     assert parameter_ids.isdisjoint(id(p) for p in embedder.parameters())
@@ -98,13 +101,25 @@ def test_loss_factory_builds_the_drml_loss_around_the_embedder(getter):
     value = loss(embedder(torch.randn(12, 64)), labels)
     value.backward()
     assert torch.isfinite(value) and loss.base_loss.proxies.grad is not None
-    with pytest.raises(ValueError, match="embedder"):
-        compat.LossFactory(getter=getter).create(named_specs=spec["loss_funcs"], kwargs={"num_classes": 6})
+
+
+def merged_configs(folder, names):
+    """The configs ``--config_<folder> [names]`` give, merged as pb merges them."""
+    from easy_module_attribute_getter import utils as emag_utils
+
+    config = {}
+    for name in names:
+        config = emag_utils.merge_two_dicts(
+            config,
+            yaml.safe_load((CONFIG_ROOT / folder / f"{name}.yaml").read_text()),
+            max_merge_depth=float("inf"),
+        )
+    return config
 
 
 def first_point(config):
     """The config with every search range replaced by its lower end (as a trial would)."""
-    from pml_fieldlosses.benchmarker.bayes_opt import set_at_path, take_search_space
+    from pml_fieldlosses.benchmarker.search_space import set_at_path, take_search_space
 
     for parameter in take_search_space(config):
         set_at_path(config, parameter.name, parameter.bounds[0])
@@ -113,11 +128,11 @@ def first_point(config):
 
 @pytest.mark.parametrize("path", LOSS_CONFIGS, ids=[p.stem for p in LOSS_CONFIGS])
 def test_every_loss_config_builds_and_trains(getter, path):
-    config = first_point(yaml.safe_load(path.read_text()))
+    config = first_point(merged_configs("config_loss_and_miners", ["default", path.stem]))
     assert set(config) == {"loss_funcs", "sampler", "mining_funcs"}
     embedder = RelationalEmbedder(in_features=64, embedding_size=128, num_branches=4)
     loss_funcs = compat.LossFactory(getter=getter).create(
-        named_specs=config["loss_funcs"], kwargs={"num_classes": 8, "models": {"embedder": embedder}}
+        named_specs=config["loss_funcs"], kwargs={"num_classes": 8}
     )
     labels = torch.arange(8).repeat_interleave(4)
     ((name, params),) = config["sampler"].items()
@@ -133,10 +148,10 @@ def test_every_loss_config_builds_and_trains(getter, path):
 def test_every_optimizer_config_builds(getter):
     parameter = torch.nn.Parameter(torch.zeros(3))
     for path in sorted((CONFIG_ROOT / "config_optimizers").glob("*.yaml")):
-        optimizers = first_point(yaml.safe_load(path.read_text()))["optimizers"]
+        optimizers = first_point(merged_configs("config_optimizers", ["default", path.stem]))["optimizers"]
         for spec in optimizers.values():
             optimizer, _, _ = getter.get_optimizer(torch.nn.ParameterList([parameter]), yaml_dict=dict(spec))
-            assert isinstance(optimizer, torch.optim.RMSprop), path.name
+            assert isinstance(optimizer, (torch.optim.RMSprop, torch.optim.Adam)), path.name
 
 
 def test_config_root_is_complete():
@@ -156,7 +171,7 @@ def test_config_root_is_complete():
 
 
 def test_take_search_space_and_set_at_path():
-    from pml_fieldlosses.benchmarker.bayes_opt import set_at_path, take_search_space
+    from pml_fieldlosses.benchmarker.search_space import set_at_path, take_search_space
 
     loss = {"L": {"a~BAYESIAN~": [0, 1], "b~LOG_BAYESIAN~": [1e-3, 1], "n~INT_BAYESIAN~": [1, 5], "c": 2}}
     config = {
@@ -179,7 +194,8 @@ def test_take_search_space_and_set_at_path():
 
 
 def test_objective_and_report_helpers():
-    from pml_fieldlosses.benchmarker.bayes_opt import as_raw_data, confidence_interval
+    from pml_fieldlosses.benchmarker.reports import confidence_interval
+    from pml_fieldlosses.benchmarker.search_space import as_raw_data
 
     assert as_raw_data("m", (np.float64(0.5), np.float64(0.1))) == {"m": (0.5, 0.1)}
     assert as_raw_data("m", 0.5) == {"m": 0.5}

@@ -1,24 +1,25 @@
 """What powerful-benchmarker 0.9.33 needs to run on PML 2.x, record-keeper >= 0.9.32 and numpy 2.
 
-pb 0.9.33 was written for PML 0.9.92 and record-keeper 0.9.29. Each shim below is
+pb 0.9.33 was written for PML 0.9.92 and record-keeper 0.9.29. Each fix below is
 named after what it fixes and is covered by a test in tests/test_benchmarker_compat.py;
 docs/benchmarker.md explains each one. Nothing here runs at import time: the launcher
 calls ``restore_identity_in_pml()`` and registers the classes (pb looks factories, hook
 containers and API parsers up by class name, so ours replace pb's under the same names).
-The Bayesian optimisation runner, which needs the current ax API, is in bayes_opt.py.
+The record-keeper fixes are in records.py; the Bayesian optimisation loop, which needs
+the current ax API, is in bayes_opt.py. Our own classes (losses, models, datasets, the
+DRML loss's access to the embedder) are registered in registration.py.
 """
 
 import copy
-import datetime
-import os
 
-import record_keeper
 import torch
-from powerful_benchmarker import api_parsers
 from powerful_benchmarker import factories as pb_factories
 from powerful_benchmarker.utils import common_functions as pb_c_f
 from pytorch_metric_learning.utils import common_functions as pml_c_f
 from pytorch_metric_learning.utils import logging_presets
+
+from . import protocol
+from .records import RecordKeeperFactory
 
 
 def restore_identity_in_pml():
@@ -27,87 +28,6 @@ def restore_identity_in_pml():
     It was equal to ``torch.nn.Identity``. Idempotent."""
     if not hasattr(pml_c_f, "Identity"):
         pml_c_f.Identity = torch.nn.Identity
-
-
-class LegacyRecordKeeper(record_keeper.RecordKeeper):
-    """record-keeper as pb 0.9.33 uses it (written for 0.9.29). Fixes:
-
-    - group_name_keyword_renamed: 0.9.31 renamed ``update_records(input_group_name_for_non_objects=)``
-      to ``parent_name=`` (pb uses the old name for its meta records).
-    - timestamps_dropped: 0.9.31 silently drops datetime values (pb's ``timestamp``
-      column); they are stored as ISO text.
-    - record_names_hashed: 0.9.31 replaces record group names whose middle part is longer
-      than 64 characters by a hash, but pb reads its aggregator and ensemble tables back
-      by their full names (e.g. with ``pca`` in the tester's name): names are kept.
-    """
-
-    def update_records(self, record_these, global_iteration, input_group_name_for_non_objects=None, **kwargs):
-        if input_group_name_for_non_objects is not None:
-            kwargs["parent_name"] = input_group_name_for_non_objects
-        record_these = {
-            k: v.isoformat(sep=" ") if isinstance(v, datetime.datetime) else v
-            for k, v in record_these.items()
-        }
-        super().update_records(record_these, global_iteration, **kwargs)
-
-    def append_primitive(self, group, series, value, global_iteration):
-        if group == "":
-            raise ValueError("group cannot be an empty string")
-        self.append_data(group, series, value, global_iteration)
-
-
-def get_legacy_record_keeper(save_figures=None, **kwargs):
-    """``logging_presets.get_record_keeper`` without pb's ``save_figures`` argument (removed
-    in PML 2 / record-keeper 0.9.31; it only drew list records as figures), returning a
-    LegacyRecordKeeper, with its CSV files cut back to what its database holds
-    (``drop_csv_rows_of_interrupted_saves``)."""
-    keeper, _, _ = logging_presets.get_record_keeper(**kwargs)
-    drop_csv_rows_of_interrupted_saves(keeper.record_writer)
-    return LegacyRecordKeeper(
-        keeper.tensorboard_writer, keeper.record_writer, keeper.attributes_to_search_for
-    )
-
-
-def drop_csv_rows_of_interrupted_saves(record_writer):
-    """Fixes csv_rows_of_interrupted_saves: record-keeper appends each record to its CSV
-    file and then to its SQLite database, the copy pb reads back when it resumes. A run
-    killed between the two leaves CSV rows the database lacks; the resumed run computes
-    those records again and appends them a second time. The database is the record of
-    what was completed, so each CSV file is cut back to as many data rows as its table
-    has (both are append-only, in the same order), before anything new is written."""
-    folder = record_writer.folder
-    if not os.path.isdir(folder):
-        return
-    for file_name in sorted(os.listdir(folder)):
-        table, extension = os.path.splitext(file_name)
-        if extension != ".csv":
-            continue
-        path = os.path.join(folder, file_name)
-        completed = 0
-        if record_writer.table_exists(table):
-            completed = record_writer.query(f"SELECT COUNT(*) AS n FROM '{table}'")[0]["n"]
-        with open(path) as f:
-            lines = f.read().splitlines(keepends=True)
-        kept, data_rows = [], 0
-        for line in lines:
-            if data_rows == completed:
-                break
-            kept.append(line)
-            data_rows += not line.startswith("~iteration~")
-        if len(kept) == len(lines):
-            continue
-        if data_rows == 0:
-            os.remove(path)
-        else:
-            with open(path, "w") as f:
-                f.writelines(kept)
-
-
-class RecordKeeperFactory(pb_factories.RecordKeeperFactory):
-    """Fixes: get_record_keeper(save_figures=...) no longer exists; old update_records keyword."""
-
-    def _create_general(self, record_keeper_type):
-        return get_legacy_record_keeper(**record_keeper_type)
 
 
 class TesterFactory(pb_factories.TesterFactory):
@@ -197,45 +117,33 @@ class LossFactory(pb_factories.LossFactory):
     - nested_losses_from_yaml: pb builds the inner losses of ``MultipleLosses`` and
       ``CrossBatchMemory`` without ``num_classes`` (TypeError) and calls an instance of
       its MinerFactory for an inner miner ("'MinerFactory' object is not callable").
-
-    It also passes the model named ``embedder`` to a loss whose ``__init__`` takes an
-    ``embedder`` argument (the DRML ``RelationalLoss``), and builds that loss's
-    ``base_loss`` and ``branch_losses`` with ``embedding_size`` set to the embedder's
-    output and branch sizes (``branch_losses`` given as one loss spec becomes a new loss
-    per branch).
+      The same for ``RelationalLoss``'s ``base_loss`` and ``branch_losses`` (one loss,
+      the template RelationalLoss copies per branch, or a list).
     """
 
     nested_loss_names = ("loss", "losses", "base_loss", "branch_losses")
     nested_miner_names = ("miner", "miners")
 
-    def _create_general(self, loss_type, num_classes, models=None, embedding_size=None):
+    def _create_general(self, loss_type, num_classes):
         loss_class, params = self.getter.get("loss", yaml_dict=loss_type, return_uninitialized=True)
         params = copy.deepcopy(params)
-        if pb_c_f.check_init_arguments(loss_class, "embedder") and "embedder" not in params:
-            params["embedder"] = embedder_model(models, loss_class)
-        sizes = embedder_sizes(params.get("embedder"))
         for name in self.nested_loss_names:
             if name in params:
-                params[name] = self.create_nested_losses(
-                    name, params[name], num_classes, models, sizes.get(name)
-                )
+                params[name] = self.create_nested_losses(name, params[name], num_classes)
         for name in self.nested_miner_names:
             if name in params:
                 params[name] = self.create_nested_miners(params[name])
-        for name, value in (("num_classes", num_classes), ("embedding_size", embedding_size)):
-            if value is not None and name not in params and pb_c_f.check_init_arguments(loss_class, name):
-                params[name] = value
+        if "num_classes" not in params and pb_c_f.check_init_arguments(loss_class, "num_classes"):
+            params["num_classes"] = num_classes
         for name in self.nested_loss_objects:
             if name in params:
                 params[name] = self.create_nested_object(name, params[name])
         return loss_class(**params)
 
-    def create_nested_losses(self, name, spec, num_classes, models, embedding_size):
+    def create_nested_losses(self, name, spec, num_classes):
         def create(one_spec):
-            return self._create_general(one_spec, num_classes, models, embedding_size)
+            return self._create_general(one_spec, num_classes)
 
-        if name == "branch_losses" and is_single_spec(spec):
-            return lambda: create(spec)
         if name in ("loss", "base_loss"):
             return create(spec)
         if isinstance(spec, dict) and not is_single_spec(spec):
@@ -265,35 +173,23 @@ def is_single_spec(spec):
     return isinstance(spec, dict) and len(spec) == 1 and next(iter(spec))[:1].isupper()
 
 
-def embedder_model(models, loss_class):
-    if not models or "embedder" not in models:
-        raise ValueError(
-            f"{loss_class.__name__} needs the embedder model: use the MetricLossOnly trainer "
-            "(pb's APIMetricLossOnly passes the models to the loss factory)"
-        )
-    return models["embedder"]
+class TransformFactory(pb_factories.TransformFactory):
+    """Fixes transforms_written_into_config: pb's getter adds ``ToTensor``, ``Multiplier``
+    and ``Normalize`` (with the trunk's ``mean``/``std``, whatever their type) to the
+    transforms dict of the run's config in place; pb then saves that config with
+    ``yaml.dump`` and reads it back with ``safe_load``, which refuses a tuple, a numpy
+    value or any other non-YAML type (--evaluate, --resume_training, a resumed
+    optimisation trial and the reproductions fail or start over). The getter gets a copy."""
 
-
-def embedder_sizes(embedder):
-    if embedder is None:
-        return {}
-    return {
-        "base_loss": getattr(embedder, "embedding_size", None),
-        "branch_losses": getattr(embedder, "branch_size", None),
-    }
-
-
-class APIMetricLossOnly(api_parsers.BaseAPIParser):
-    """pb's API parser for the MetricLossOnly trainer, also giving the loss factory the
-    models (for losses built around the embedder, see LossFactory)."""
-
-    def default_kwargs_loss_funcs(self):
-        return {**super().default_kwargs_loss_funcs(), "models": lambda: self.models}
+    def _create_general(self, transform_type, trunk_model):
+        return super()._create_general(copy.deepcopy(transform_type), trunk_model)
 
 
 # registered with pb's runner by registration.register(): kind -> classes
 REGISTRATIONS = {
-    "factory": [RecordKeeperFactory, TesterFactory, LossFactory],
+    "factory": [RecordKeeperFactory, TesterFactory, LossFactory, TransformFactory],
     "hook_container": [HookContainer],
-    "api_parser": [APIMetricLossOnly],
+    "split_manager": [protocol.MLRCSplitManager],
+    "aggregator": [protocol.MeanAggregator],
+    "ensemble": [protocol.ConcatenateEmbeddings],
 }

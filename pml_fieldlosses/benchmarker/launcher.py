@@ -15,7 +15,10 @@ import logging
 import sys
 from pathlib import Path
 
+import yaml
+
 from . import compat
+from .protocol import ProtocolError
 from .registration import register
 
 CONFIG_MARKER = "config_foldernames.yaml"
@@ -89,10 +92,10 @@ def import_target(target):
 def parse_registration(spec):
     kind, sep, target = spec.partition("=")
     if not sep or not kind or not target:
-        raise ValueError(f"--register expects KIND=TARGET (e.g. loss=my_package.my_losses), got {spec!r}")
+        raise UsageError(f"--register expects KIND=TARGET (e.g. loss=my_package.my_losses), got {spec!r}")
     obj = import_target(target)
     if not (inspect.ismodule(obj) or inspect.isclass(obj)):
-        raise ValueError(f"--register {spec}: {target} is neither a module nor a class")
+        raise UsageError(f"--register {spec}: {target} is neither a module nor a class")
     return kind, obj
 
 
@@ -105,6 +108,42 @@ def command_line(argv):
         yield
     finally:
         sys.argv = saved
+
+
+def config_options(pb_argv):
+    """{folder: [names]} of the ``--config_<folder> [a, b]`` options in pb's arguments (as
+    the shell splits them: "[a," "b]")."""
+    options, current = {}, None
+    for token in pb_argv:
+        if token.startswith("--"):
+            current = token[2:] if token.startswith("--config_") else None
+            if current is not None:
+                options[current] = []
+        elif current is not None:
+            options[current] += [n for n in token.strip("[]").replace(",", " ").split() if n]
+    return options
+
+
+def check_config_options(pb_argv, config_root):
+    """Unknown ``--config_*`` folders and config names are usage errors (pb would ignore
+    the first and fall back to other configs, or fail later with a traceback)."""
+    folders = yaml.safe_load((Path(config_root) / CONFIG_MARKER).read_text())["config_foldernames"]
+    for option, names in config_options(pb_argv).items():
+        if option not in folders:
+            raise UsageError(f"unknown option --{option}: the config folders are {', '.join(folders)}")
+        if not names:
+            raise UsageError(f"--{option} needs config names, e.g. --{option} [default]")
+        available = sorted(p.stem for p in (Path(config_root) / option).glob("*.yaml"))
+        for name in names:
+            if name not in available:
+                raise UsageError(
+                    f"--{option}: no config named {name!r} in {Path(config_root) / option} "
+                    f"(available: {', '.join(available)})"
+                )
+
+
+class UsageError(ValueError):
+    """A mistake on the command line: printed as one line, exit code 2."""
 
 
 def make_runner(args):
@@ -129,12 +168,32 @@ def make_runner(args):
 def main(argv=None):
     parser = build_parser()
     args, pb_argv = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-    registrations = [parse_registration(spec) for spec in args.register]
+    try:
+        registrations = [parse_registration(spec) for spec in args.register]
+        check_config_options(pb_argv, args.root_config_folder or default_config_root())
+    except (UsageError, ImportError, AttributeError) as e:
+        print(f"pml-fieldlosses-pb: error: {e}", file=sys.stderr)
+        sys.exit(2)
     logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     logging.getLogger().setLevel(logging.INFO)
     compat.restore_identity_in_pml()
-    with command_line(pb_argv):
-        runner = register(make_runner(args))
-        for kind, obj in registrations:
-            runner.register(kind, obj)
-        runner.run()
+    try:
+        with command_line(pb_argv):
+            runner = register(make_runner(args))
+            for kind, obj in registrations:
+                runner.register(kind, obj)
+            runner.run()
+    except ProtocolError as e:
+        sys.exit(f"pml-fieldlosses-pb: protocol error: {e}")
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            raise
+        # fixes experiment_folder_taken_exits_0: pb's only sys.exit() is its refusal to
+        # start an experiment in a folder that already holds files (logged at INFO, exit 0)
+        print(
+            "pml-fieldlosses-pb: error: the experiment folder is already taken: continue it with "
+            "--resume_training latest, evaluate it with --evaluate / --evaluate_ensemble, or choose "
+            "another --experiment_name",
+            file=sys.stderr,
+        )
+        sys.exit(2)

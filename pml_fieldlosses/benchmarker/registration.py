@@ -52,8 +52,14 @@ def field_classes():
 
     return {
         "loss": [losses],
-        "model": [synthetic.TinyConvNet, trunks.SmallConvNet, trunks.EfficientNetLite0, RelationalEmbedder],
-        "dataset": [synthetic.SyntheticImages, datasets.Emoji, datasets.ClassFolders],
+        "model": [
+            synthetic.TinyConvNet,
+            trunks.SmallConvNet,
+            trunks.EfficientNetLite0,
+            trunks.FeatureInput,
+            RelationalEmbedder,
+        ],
+        "dataset": [synthetic.SyntheticImages, datasets.Emoji, datasets.EmojiFeatures, datasets.ClassFolders],
         "factory": [ModelFactory],
     }
 

