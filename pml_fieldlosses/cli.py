@@ -82,6 +82,12 @@ def add_shared_options(p):
         type=int,
         help="runs trained side by side, each single-threaded (default: one per CPU core; 1 on a GPU)",
     )
+    p.add_argument(
+        "--ray-address",
+        help="spread the runs over a Ray cluster: 'auto' (the cluster this node belongs to), HOST:PORT, or "
+        "'local' (a new Ray instance on this machine); one GPU per run with --device cuda "
+        "(needs the cluster extra; see docs/cluster.md)",
+    )
     p.add_argument("--out", help="output folder (default ./bench_out); reruns resume there")
     p.add_argument(
         "--cache",

@@ -12,11 +12,12 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from ..catalog import LOSSES, get_entry
 from ..datasets import DATASETS, load_dataset
 from ..datasets.emoji import LICENSES
-from . import report
+from . import report, scheduler
 from .baseline import untrained_test_embeddings
 from .features import prepare_inputs
 from .metrics import PRIMARY
@@ -72,7 +73,7 @@ def run_bench(config, file=None):
 
 
 def _run_and_report(config, out_dir, dataset, split, inputs, file, start, earlier, data_seconds):
-    results = run_all(inputs, config, out_dir, file=file)
+    results = run_all(inputs, config, out_dir, file=file, backend=backend(config))
     rows = report.summarize(results)
     info = {
         "data": _describe(config, dataset),
@@ -96,6 +97,16 @@ def _run_and_report(config, out_dir, dataset, split, inputs, file, start, earlie
     print("\n" + report.text_table(rows), file=sys.stdout)
     print(f"\nreport: {out_dir / 'README.md'}", file=sys.stdout)
     return rows
+
+
+def backend(config):
+    """Where the runs go: the local process pool, or Ray with ``config.ray_address``."""
+    if config.ray_address is None:
+        return scheduler.run_jobs
+    from .ray_backend import ray_backend
+
+    address = None if config.ray_address == "local" else config.ray_address
+    return ray_backend(address, torch.device(config.device).type)
 
 
 def prepare(config, out_dir, file, selection=False):

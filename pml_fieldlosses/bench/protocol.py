@@ -46,12 +46,13 @@ class BenchConfig:
     aug_views: int = 4  # augmented views per training image (frozen backbone: cached features)
     device: str = "cpu"
     workers: int = 0  # runs side by side; 0: one per CPU core (1 on a GPU)
+    ray_address: Optional[str] = None  # run on Ray: "local" (a new local instance), "auto" or HOST:PORT
     out: str = "bench_out"
     cache: Optional[str] = None
     quick: bool = False
 
     # fields that do not change any single (loss, seed) result
-    NOT_PROTOCOL = ("losses", "seeds", "device", "workers", "out", "cache", "quick")
+    NOT_PROTOCOL = ("losses", "seeds", "device", "workers", "ray_address", "out", "cache", "quick")
 
     def __post_init__(self):
         self.losses = tuple(self.losses)

@@ -24,7 +24,7 @@ def select(config, file=None):
     """Run the selection for ``config.losses`` (resuming finished runs) and
     return {loss: [(value, best validation MAP@R, best epoch, seconds), ...]}
     in grid order."""
-    from . import prepare
+    from . import backend, prepare
     from .runs import run_all
 
     file = file or sys.stderr
@@ -36,7 +36,7 @@ def select(config, file=None):
     _, _, inputs, _ = prepare(config, out_dir, file, selection=True)
     entries = [get_entry(name) for name in config.losses]
     jobs = [(name, SELECTION_SEED) for entry in entries for name in entry.candidates()]
-    results = {r["loss"]: r for r in run_all(inputs, config, out_dir, file=file, jobs=jobs, test=False)}
+    results = {r["loss"]: r for r in run_all(inputs, config, out_dir, file=file, jobs=jobs, test=False, backend=backend(config))}
     table = {}
     for entry in entries:
         table[entry.name] = [
