@@ -91,36 +91,59 @@ class JobFailed(RuntimeError):
     pass
 
 
+class Tasks:
+    """Jobs in flight on Ray: ``submit`` one, ``next_done`` waits for any to finish. For a
+    loop that decides what to submit from what finished (e.g. Bayesian optimisation)."""
+
+    def __init__(self, ray, function, options, max_retries=3):
+        self.ray, self.max_retries = ray, max_retries
+        self.remote = ray.remote(function).options(max_retries=max_retries, **options)
+        self.running = {}
+
+    def __len__(self):
+        return len(self.running)
+
+    def submit(self, job):
+        self.running[self.remote.remote(job)] = job
+
+    def next_done(self, poll=None):
+        """(job, result) of the first job to finish; ``poll()`` is called about every second
+        while none does. A job's own exception is raised as JobFailed naming the job; a job
+        whose worker died more than ``max_retries`` times, too."""
+        ray = self.ray
+        while True:
+            finished, _ = ray.wait(list(self.running), num_returns=1, timeout=1.0)
+            if poll is not None:
+                poll()
+            if finished:
+                break
+        job = self.running.pop(finished[0])
+        try:
+            return job, ray.get(finished[0])
+        except ray.exceptions.RayTaskError as error:
+            raise JobFailed(f"job {job!r} failed: {error.cause!r}") from error.cause
+        except ray.exceptions.RayError as error:
+            raise JobFailed(f"job {job!r} was lost after {self.max_retries} retries: {error}") from error
+
+    def cancel(self):
+        for ref in self.running:
+            self.ray.cancel(ref, force=True)
+        self.running.clear()
+
+
 def as_completed(ray, function, jobs, options, max_in_flight=None, max_retries=3, poll=None):
     """Run ``function(job)`` for every job as a Ray task with ``options`` (see ``resources``);
     yield ``(job, result)`` as they finish, at most ``max_in_flight`` running at once (all, by
     default, as the cluster's resources allow). ``poll()`` is called about every second while
     nothing finishes (e.g. to show progress). Closing the generator early cancels what is
     still running."""
-    jobs = list(jobs)
-    remote = ray.remote(function).options(max_retries=max_retries, **options)
-    waiting = list(reversed(jobs))
-    running = {}
-    limit = max_in_flight or len(jobs)
+    waiting = list(reversed(list(jobs)))
+    tasks = Tasks(ray, function, options, max_retries)
+    limit = max_in_flight or len(waiting)
     try:
-        while waiting or running:
-            while waiting and len(running) < limit:
-                job = waiting.pop()
-                running[remote.remote(job)] = job
-            finished, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
-            if poll is not None:
-                poll()
-            if not finished:
-                continue
-            done = finished[0]
-            job = running.pop(done)
-            try:
-                result = ray.get(done)
-            except ray.exceptions.RayTaskError as error:
-                raise JobFailed(f"job {job!r} failed: {error.cause!r}") from error.cause
-            except ray.exceptions.RayError as error:
-                raise JobFailed(f"job {job!r} was lost after {max_retries} retries: {error}") from error
-            yield job, result
+        while waiting or len(tasks):
+            while waiting and len(tasks) < limit:
+                tasks.submit(waiting.pop())
+            yield tasks.next_done(poll)
     finally:
-        for ref in running:
-            ray.cancel(ref, force=True)
+        tasks.cancel()
