@@ -42,9 +42,10 @@ def deviations(name, generator, device, dtype):
     if name == "DRML head + ProxyAnchor":
         embedder = RelationalEmbedder(32, D, num_branches=4).to(device)
         loss_func = losses.RelationalLoss(
-            embedder,
             pml_losses.ProxyAnchorLoss(C, D),
             lambda: pml_losses.ProxyAnchorLoss(C, embedder.branch_size),
+            num_branches=4,
+            embedding_size=D,
         )
     else:
         embedder = torch.nn.Linear(32, D).to(device)
