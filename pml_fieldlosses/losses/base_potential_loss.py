@@ -85,7 +85,13 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
             is_stat=False,
         )
         self.add_to_recordable_attributes(
-            list_of_names=["num_attraction_pairs", "num_repulsion_pairs", "num_reanchored_proxies"],
+            list_of_names=[
+                "num_attraction_pairs",
+                "num_repulsion_pairs",
+                "num_reanchored_proxies",
+                "num_searched_proxy_pairs",
+                "num_evaluated_proxy_pairs",
+            ],
             is_stat=True,
         )
 
@@ -130,6 +136,8 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
             self.num_attraction_pairs = int(same.sum())
             self.num_repulsion_pairs = int((~same).sum())
             self.num_reanchored_proxies = self.neighbor_list.last_reanchored
+            self.num_searched_proxy_pairs = self.neighbor_list.last_searched
+            self.num_evaluated_proxy_pairs = self.neighbor_list.last_returned
         loss_dict = {
             "embedding_loss": {
                 "losses": energies[:B],

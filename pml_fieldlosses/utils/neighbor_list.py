@@ -19,7 +19,8 @@ def rounding_slack(max_norm, dim, dtype):
 
 class NeighborList:
     """Unordered pairs (i < j) of points of different groups that may be closer
-    than ``cutoff``, kept exact while the points move, as in molecular dynamics.
+    than ``cutoff``, kept exact while the points move, as in molecular dynamics,
+    at a cost per update bounded by about one dense blocked search.
 
     Points come in groups of ``group_size`` consecutive points (point i is in
     group i // group_size); pairs within a group are never listed. Each point
@@ -35,13 +36,30 @@ class NeighborList:
     points with disp_i > s_i / 2 at their current position: their rows are
     searched again against every point, the list and the clearances (theirs
     exactly, the others' as lower bounds) are updated, and so on until no point
-    is left (the clearances of the others can only shrink). Points that
-    move little or sit far from other groups are never searched again; with
-    uniform clearances this is the classic rule "rebuild when the two largest
-    displacements exceed the skin", applied per point. The first call, or any
-    change of the number of points, group size, dtype, device, cutoff or skin,
-    searches all pairs. Searches compute distances in blocks of at most
-    ``chunk_entries`` entries with a margin for rounding, so memory is bounded.
+    is left (the clearances of the others can only shrink). With uniform
+    clearances this is the classic rule "rebuild when the two largest
+    displacements exceed the skin", applied per point.
+
+    Cost. A search computes distances as matrix products in blocks of at most
+    ``chunk_entries`` entries (memory bounded), with a margin for rounding; a
+    full search (a *build*) computes n (n - 1) / 2 of them: the dense
+    computation. The caller then computes the exact distance of every returned
+    pair from its coordinates, which costs about ``pair_cost`` matrix-product
+    entries per pair (gathering rows is memory-bound; set by the dimension).
+    A list is only worth keeping while it is sparse: a build keeps it only if it
+    holds at most n (n - 1) / 2 / pair_cost pairs (otherwise the points are
+    clustered within the radius, as trained proxies are, and the list is
+    dropped); re-anchoring searches each point at most once per update (at
+    most n^2 entries in all) and builds from scratch if the list outgrows that
+    size. A build returns not the list but the pairs within ``cutoff`` of the
+    current positions (read off the same matrix products), so an update costs
+    at most about two or three dense searches' entries, and pair_cost per
+    returned pair: the list when it is sparse, the pairs within the cutoff
+    after a build. Without a kept list every update is a build,
+    which keeps the list again as soon as the points have spread out.
+    ``last_searched`` (matrix-product entries) and ``last_returned`` (pairs)
+    count the work of the last update. The first call, or any change of the
+    number of points, group size, dtype, device, cutoff or skin, builds.
 
     The list is a cache: displacements are measured against the stored
     references on every call, so in-place changes of the points between calls
@@ -49,13 +67,24 @@ class NeighborList:
     learnable state and is part of no ``state_dict``.
     """
 
-    def __init__(self, chunk_entries=2**22):
+    def __init__(self, chunk_entries=2**22, pair_cost=None):
         self.chunk_entries = chunk_entries
+        self.pair_cost = pair_cost  # None: default_pair_cost(dimension)
         self.reset()
         self.num_builds = 0  # full searches
+        self.num_dense_builds = 0  # full searches whose list was too dense to keep
         self.num_partial_rebuilds = 0  # searches for a subset of re-anchored points
         self.num_reanchored = 0  # points re-anchored by partial rebuilds, in total
         self.last_reanchored = 0  # points searched by the last update (all of them on a build)
+        self.last_searched = 0  # distance entries computed by matrix products in the last update
+        self.last_returned = 0  # pairs returned by the last update
+
+    @staticmethod
+    def default_pair_cost(dim):
+        """Gathering two rows and reducing their difference costs about this
+        many matrix-product entries (measured on CPU: ~13 at D = 64, ~90 at
+        D = 512, with the nonzero() of the blocked search included)."""
+        return 8 + dim / 8
 
     def reset(self):
         self.reference = self.pairs = self.clearance = None
@@ -67,61 +96,79 @@ class NeighborList:
         ``cutoff``."""
         with torch.no_grad():
             points = points.detach()
-            self.last_reanchored = 0
+            self.last_reanchored = self.last_searched = 0
             if self._stale(points, group_size, cutoff, skin):
-                self._build(points, group_size, cutoff, skin)
+                pairs = self._build(points, group_size, cutoff, skin)
+            else:
+                pairs = self._follow(points, cutoff)
+            self.last_returned = pairs.shape[1]
+            return pairs
+
+    def _follow(self, points, cutoff):
+        displacements = torch.linalg.vector_norm(points - self.reference, dim=1)
+        # 1e-4 relative covers the rounding of the displacements themselves
+        while True:
+            moved = displacements * (1 + 1e-4) > (self.clearance - cutoff) / 2
+            if not moved.any():
                 return self.pairs
-            displacements = torch.linalg.vector_norm(points - self.reference, dim=1)
-            # 1e-4 relative covers the rounding of the displacements themselves
-            while True:
-                moved = displacements * (1 + 1e-4) > (self.clearance - cutoff) / 2
-                if not moved.any():
-                    return self.pairs
-                self._reanchor(points, moved)
-                displacements = displacements.masked_fill(moved, 0.0)
+            self._reanchor(points, moved)
+            if self.pairs.shape[1] > self.max_pairs(points):
+                return self._build(points, self.group_size, cutoff, self.skin)
+            displacements = displacements.masked_fill(moved, 0.0)
 
     def _stale(self, points, group_size, cutoff, skin):
         ref = self.reference
         return (
             ref is None
+            or self.pairs is None
             or ref.shape != points.shape
             or ref.dtype != points.dtype
             or ref.device != points.device
             or (self.group_size, self.cutoff, self.skin) != (group_size, cutoff, skin)
         )
 
+    def max_pairs(self, points):
+        """The most pairs a kept list may hold."""
+        n = len(points)
+        pair_cost = self.pair_cost if self.pair_cost is not None else self.default_pair_cost(points.shape[1])
+        return int(n * (n - 1) / 2 / max(pair_cost, 1.0))
+
     def _build(self, points, group_size, cutoff, skin):
         self.reference = points.clone()
         self.group_size, self.cutoff, self.skin = group_size, cutoff, skin
         self.clearance = torch.full((len(points),), float("inf"), dtype=points.dtype, device=points.device)
         everyone = torch.arange(len(points), device=points.device)
-        self.pairs = self._search(everyone, everyone.new_empty(0))
+        self.pairs, close = self._search(everyone, everyone.new_empty(0), self.max_pairs(points))
         self.num_builds += 1
+        self.num_dense_builds += self.pairs is None
         self.last_reanchored = len(points)
+        return close
 
     def _reanchor(self, points, moved):
         anchored = moved.nonzero().squeeze(1)
         self.reference = torch.where(moved.unsqueeze(1), points, self.reference)
         self.clearance = self.clearance.masked_fill(moved, float("inf"))
         kept = ~(moved[self.pairs[0]] | moved[self.pairs[1]])
-        found = self._search(anchored, (~moved).nonzero().squeeze(1))
+        found, _ = self._search(anchored, (~moved).nonzero().squeeze(1))
         self.pairs = torch.cat([self.pairs[:, kept], found], dim=1)
         self.num_partial_rebuilds += 1
         self.num_reanchored += len(anchored)
         self.last_reanchored += len(anchored)
 
-    def _search(self, rows, others):
+    def _search(self, rows, others, max_pairs=None):
         """Pairs within the radius (by reference positions) with at least one
         point in ``rows``: each row against the later rows and all ``others``.
-        Lowers the clearances of all points to the distances seen."""
-        radius = self.cutoff + self.skin
+        Lowers the clearances of all points to the distances seen. Returns
+        those pairs (None once there are more than ``max_pairs``) and the pairs
+        within the cutoff."""
         order = torch.cat([rows, others])
         position = torch.empty_like(order)
         position[order] = torch.arange(len(order), device=order.device)
         ref = self.reference[order]
         groups = order // self.group_size
         slack = squared_distance_slack(ref)
-        threshold = radius**2 + slack
+        threshold = (self.cutoff + self.skin) ** 2 + slack
+        close_threshold = self.cutoff**2 + slack
         # ||a - b||^2 = [a, |a|^2, 1] . [-2b, 1, |b|^2]: one matrix product per block
         sq_norms = torch.linalg.vector_norm(ref, dim=1, keepdim=True).square()
         ones = torch.ones_like(sq_norms)
@@ -132,14 +179,22 @@ class NeighborList:
         siblings = position[(groups * self.group_size).unsqueeze(1) + offsets]
         nearest = torch.full((len(order),), float("inf"), dtype=ref.dtype, device=ref.device)
         step = max(1, self.chunk_entries // max(1, len(order)))
-        found = []
+        found, close, num_found = [], [], 0
         for start in range(0, len(rows), step):
             stop = min(start + step, len(rows))
             # squared distances of rows start:stop to points start:, in the order
             sq = left[start:stop] @ right[start:].T
+            self.last_searched += sq.numel()
             row, col = (sq < threshold).nonzero().unbind(1)
             keep = (col > row) & (groups[row + start] != groups[col + start])
-            found.append(torch.stack([row[keep], col[keep]]) + start)
+            if found is not None:
+                found.append(torch.stack([row[keep], col[keep]]) + start)
+                num_found += found[-1].shape[1]
+                if max_pairs is not None and num_found > max_pairs:
+                    found = None  # too dense to keep: only the pairs within the cutoff
+            if max_pairs is not None:
+                near = keep & (sq[row, col] < close_threshold)
+                close.append(torch.stack([row[near], col[near]]) + start)
             # clearances: nearest point of another group that is not listed
             sq[row, col] = float("inf")
             sibling_rows, sibling_cols = self._local(siblings[start:stop] - start)
@@ -148,6 +203,13 @@ class NeighborList:
             nearest[start:] = torch.minimum(nearest[start:], sq.amin(dim=0))
         lower_bound = (nearest - slack).clamp(min=0).sqrt()
         self.clearance[order] = torch.minimum(self.clearance[order], lower_bound)
+        return self._ordered(order, found), self._ordered(order, close)
+
+    @staticmethod
+    def _ordered(order, found):
+        """Local pair positions -> (2, K) point indices with i < j."""
+        if found is None:
+            return None
         pairs = order[torch.cat(found, dim=1)] if found else order.new_empty(2, 0)
         return torch.stack([pairs.min(dim=0).values, pairs.max(dim=0).values])
 
