@@ -129,3 +129,26 @@ def test_bad_hyperparameters_raise_at_construction(kwargs, message):
         losses.ContrastivePotentialLoss(**kwargs)
     with pytest.raises(TypeError):
         losses.ContrastivePotentialLoss(5, 4, alpha=2.0)
+
+
+@pytest.mark.parametrize(
+    "value", [float("nan"), float("inf"), float("-inf"), 0.0, -1.0, 1e-45, 1e-6, 1e6, 1e30, 1e300], ids=str
+)
+@pytest.mark.parametrize("argument", ["delta", "repulsion_delta"])
+def test_every_numeric_hyperparameter_refused_by_name_or_finite(argument, value):
+    """Issue 12 item 4: NaN, inf, non-positive and overflowing radii (delta^2
+    beyond float32's range) are refused by name; accepted ones give finite
+    losses and gradients in float16 (computed in float32), float32, float64."""
+    try:
+        loss_fn = losses.ContrastivePotentialLoss(5, 4, **{argument: value})
+    except ValueError as error:
+        assert argument in str(error)
+        return
+    assert 0 < value < float("inf")
+    labels = torch.tensor([0, 0, 1, 2, 3, 3])
+    for dtype in [torch.float16, torch.float32, torch.float64]:
+        x = torch.randn(6, 4, generator=generator_for("CPML extremes", argument, value), dtype=torch.float64)
+        x = x.to(dtype).requires_grad_()
+        loss = loss_fn(x, labels)
+        grad_x, grad_p = torch.autograd.grad(loss, [x, loss_fn.proxies])
+        assert torch.isfinite(loss) and torch.isfinite(grad_x.float()).all() and torch.isfinite(grad_p).all()

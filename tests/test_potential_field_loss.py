@@ -225,3 +225,40 @@ def test_miners_and_reference_sets_are_refused():
         loss_fn(x, y, indices_tuple=(torch.tensor([0]), torch.tensor([1]), torch.tensor([2])))
     with pytest.raises(ValueError, match="does not support ref_emb"):
         loss_fn(x, y, ref_emb=torch.randn(2, 4), ref_labels=torch.tensor([0, 1]))
+
+
+NUMERIC_HYPERPARAMETERS = ["delta", "repulsion_delta", "alpha"]
+EXTREMES = [float("nan"), float("inf"), float("-inf"), 0.0, -1.0, 1e-45, 1e-30, 1e-6, 1e6, 1e30, 1e300]
+
+
+@pytest.mark.parametrize("value", EXTREMES, ids=str)
+@pytest.mark.parametrize("argument", NUMERIC_HYPERPARAMETERS)
+def test_every_numeric_hyperparameter_refused_by_name_or_finite(argument, value):
+    """Issue 12 item 4, the whole class: NaN, inf, negative, zero and
+    overflowing values of every numeric hyperparameter are refused at
+    construction by a ValueError naming the argument; what is accepted gives
+    a finite loss and gradients in float16 (computed in float32), float32 and
+    float64."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # alpha = 0 warns (zero force), see below
+            loss_fn = losses.PotentialFieldLoss(5, 4, **{argument: value})
+    except ValueError as error:
+        assert argument in str(error)
+        return
+    assert (value >= 0 if argument == "alpha" else value > 0) and value < float("inf")
+    labels = torch.tensor([0, 0, 1, 2, 3, 3])
+    for dtype in [torch.float16, torch.float32, torch.float64]:
+        x = torch.randn(6, 4, generator=generator_for("extremes", argument, value), dtype=torch.float64)
+        x = x.to(dtype).requires_grad_()
+        loss = loss_fn(x, labels)
+        grad_x, grad_p = torch.autograd.grad(loss, [x, loss_fn.proxies])
+        assert torch.isfinite(loss) and torch.isfinite(grad_x.float()).all() and torch.isfinite(grad_p).all()
+
+
+def test_radii_whose_power_overflows_float32_are_refused():
+    with pytest.raises(ValueError, match=r"delta\*\*-alpha"):
+        losses.PotentialFieldLoss(5, 4, delta=1e-6, alpha=6.0, repulsion_delta=0.2)  # 1e36
+    with pytest.raises(ValueError, match=r"delta\*\*2"):
+        losses.PotentialFieldLoss(5, 4, delta=1e16)
+    losses.PotentialFieldLoss(5, 4, delta=1e-3, alpha=6.0, repulsion_delta=0.2)  # 1e18: fits with headroom

@@ -65,6 +65,11 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         if repulsion_delta is None:
             repulsion_delta = delta
         checks.check_positive("repulsion_delta", repulsion_delta)
+        # the squared radii are thresholds, and CPML's potentials reach them
+        checks.check_fits_float32(f"delta**2 (delta={delta})", lambda: float(delta) ** 2)
+        checks.check_fits_float32(
+            f"repulsion_delta**2 (repulsion_delta={repulsion_delta})", lambda: float(repulsion_delta) ** 2
+        )
         self.num_classes = num_classes
         self.embedding_size = embedding_size
         self.proxies_per_class = proxies_per_class

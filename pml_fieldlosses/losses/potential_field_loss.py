@@ -25,7 +25,10 @@ class PotentialFieldLoss(BasePotentialLoss):
     alpha = 0 makes both potentials constant (zero force, nothing is learned):
     it is allowed with a warning, as the paper lists alpha in [0, 6]; for a
     non-decaying potential use ContrastivePotentialLoss. alpha is refused when
-    distance_floor^(-alpha) would exceed 1e24 (float32 headroom).
+    distance_floor^(-alpha) would exceed 1e24 (float32 headroom), and delta
+    when delta^(-alpha) or delta^2 would come within 1e8 of float32's range
+    (checks.check_fits_float32; float16/bfloat16 inputs are computed in
+    float32), so nothing overflows in any supported dtype.
     Defaults: proxies_per_class=2 (paper: 2 for SOP, 15 for CUB-200 and
     Cars-196), delta=0.2 (paper's CV range [0.1, 0.3]), alpha=4 (paper's best
     range [3, 6]).
@@ -64,6 +67,10 @@ class PotentialFieldLoss(BasePotentialLoss):
                 f"{self.distance_floor}^-alpha, would exceed 1e24 (float32 overflow risk); "
                 "the paper uses alpha in [0, 6]"
             )
+        # the attraction's plateau -delta^-alpha (and the repulsion's, below)
+        checks.check_fits_float32(
+            f"delta**-alpha (delta={self.delta}, alpha={alpha})", lambda: float(self.delta) ** -float(alpha)
+        )
         if alpha == 0:
             warnings.warn(
                 "PotentialFieldLoss with alpha=0: both potentials are constant, so the loss has "
