@@ -15,30 +15,42 @@ from .mixins import CheckedForwardMixin
 class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricLossFunction):
     """Energy of the batch embeddings and all learnable proxies in a potential field.
 
-    The points are the B (normalised) embeddings and the num_classes *
-    proxies_per_class proxies (normalised if ``normalize_proxies``), each with
-    its class. The energy of point a is E_a = sum_{b != a} phi(d_ab), with
-    d the Euclidean distance, phi = ``attraction`` for points of the same
-    class and ``repulsion`` otherwise, over every other point: batch-batch,
-    batch-proxy and proxy-proxy pairs of all classes, also those absent from
-    the batch. The loss returns E_a as two element losses, "embedding_loss"
-    (the B embeddings, indexed like them) and "proxy_loss" (the proxies,
-    flattened class-major); the default SumReducer adds them up to
-    U = sum_a sum_{b != a} phi(d_ab), the paper's energy (Eq. 6) without its
-    constant self terms.
+    Spec (LOSSES.md 6.3, compact form): stack the P = B + N M points q_a (the
+    normalised embeddings, then the proxies, normalised if
+    ``normalize_proxies``, class-major) with their labels l_a; then
 
-    Subclasses give ``attraction(sq)`` and ``repulsion(sq)`` as functions of
-    the squared distance sq = d^2; attraction must be constant for
-    d <= delta and repulsion constant for d >= repulsion_delta. Only pairs off
-    those plateaus are computed; the others add a constant, counted per point:
-    same-class pairs within delta and different-class pairs beyond
-    repulsion_delta (all but a few of the (B + N M)^2 pairs). The candidates
-    are found with matrix products in blocks (no gradient), those between
-    proxies of different classes with a Verlet ``NeighborList`` that searches
-    a proxy's pairs again only once it has moved by more than half its
-    clearance; the candidate energies are then computed exactly from the
-    coordinate differences, with gradient. Proxies of one class interact
-    through their class's M x M Gram matrix.
+        U = sum_a E_a,   E_a = sum_{b != a} phi(d_ab, l_a = l_b),
+
+    phi(d, same) = psi_att(d) (``attraction``), phi(d, different) = psi_rep(d)
+    (``repulsion``), d the Euclidean distance; the self terms b = a of the
+    spec are constants and are left out. The loss returns E_a as two element
+    losses, "embedding_loss" (the B embeddings) and "proxy_loss" (the proxies);
+    the default SumReducer adds them up to U.
+
+    How it is computed. psi_att is constant for d <= delta, with value
+    psi_att(delta); psi_rep is constant for d >= repulsion_delta, with value
+    psi_rep(repulsion_delta) (the potentials' *plateau* values, ``plateaus``).
+    Writing phi = plateau + (phi - plateau) and counting, for point a, the
+    n_{l_a} - 1 other points of its class (n_c = samples of class c in the
+    batch + M) and the P - n_{l_a} of other classes:
+
+        E_a = (n_{l_a} - 1) psi_att(delta) + (P - n_{l_a}) psi_rep(repulsion_delta)
+              + sum_{b != a} [phi(d_ab) - plateau(l_a = l_b)].
+
+    The first line is ``plateau_energies`` (no distances at all). In the sum,
+    only *candidate* pairs can be non-zero: same-class pairs farther apart
+    than delta and different-class pairs closer than repulsion_delta.
+    ``candidate_pairs`` finds a superset of them without gradient (the
+    search: matrix products in blocks with a rounding margin, and the proxy
+    ``NeighborList`` for proxies of different classes, which falls back to a
+    dense blocked search when the proxies cluster); ``pair_energies`` then
+    computes their terms exactly from coordinate differences, with gradient
+    (the energy); the pairs of two proxies of one class are summed in
+    ``intra_class_energies`` from each class's M x M Gram matrix. The dense
+    P x P evaluation of the same formula is tests/naive_potential.py's
+    ``dense_energies``, the reference this path is tested against at every
+    step of training runs. Subclasses give ``attraction(sq)`` and
+    ``repulsion(sq)`` as functions of sq = d^2, constant on those plateaus.
     """
 
     # entries of one block of a distance computation (bounds the memory)
