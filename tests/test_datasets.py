@@ -402,3 +402,25 @@ def test_built_in_data_sets_are_one_registry_entry_each(tmp_path, monkeypatch):
     )
     assert datasets.load_dataset("toy", 12, "here") is made and seen == [(12, "here")]
     assert BenchConfig(data="toy").folder_name().startswith("toy-efficientnet-lite0-64px-")
+
+
+def _load_in_process(args):
+    cache, npm, packages = args
+    data = load_emoji(16, cache=cache, npm=npm, packages=packages, workers=1)
+    return data.images.tobytes(), data.labels.tolist()
+
+
+def test_processes_sharing_a_cache_build_it_once_and_read_it_whole(registry, tmp_path):
+    """Parallel runs and pb's Ray trials load the same data at once: the first builds it
+    under the cache's lock, the others wait and read the finished entry (without the lock,
+    one read a half-downloaded tarball and failed its integrity check)."""
+    import multiprocessing
+
+    folder, packages = registry
+    npm = install_fake_npm(folder, packages)
+    cache = tmp_path / "cache"
+    with multiprocessing.get_context("fork").Pool(3) as pool:
+        loaded = pool.map(_load_in_process, [(cache, npm, packages)] * 3)
+    assert all(result == loaded[0] for result in loaded)
+    packs = [line for line in (folder / "calls.log").read_text().splitlines() if line.startswith("pack")]
+    assert len(packs) == len(packages)  # every package fetched once, by one process

@@ -12,7 +12,7 @@ import tqdm
 
 from .. import backbones
 from ..datasets.augment import augment, to_float_nchw
-from ..datasets.cache import cache_dir
+from ..datasets.cache import build_lock, cache_dir
 from . import scheduler
 from .protocol import number_of_workers
 
@@ -186,36 +186,37 @@ def cached_views(dataset, rows_by_view, config, file=None):
     cache file is named and recomputed. Returns (views, trunk, seconds spent computing)."""
     folder = cache_dir(config.cache) / "features"
     folder = folder / f"{dataset.name}-{dataset.fingerprint()}-lite0-v{FEATURES_VERSION}"
-    trunk = backbones.build_trunk(config.backbone, dataset.image_size)
-    views, missing = {}, {}
-    for view, rows in rows_by_view.items():
-        path = folder / f"view{view}.npy"
-        views[view], problem = load_cached(path, len(rows), trunk.out_features)
-        if views[view] is None:
-            missing[view] = rows
-            if problem:
-                print(f"cached features {path} are bad ({problem}): computing them again", file=file)
-    if not missing:
-        return views, trunk, 0.0
-    start = time.perf_counter()
-    folder.mkdir(parents=True, exist_ok=True)
-    parts = {
-        view: np.lib.format.open_memmap(
-            folder / f"view{view}.part.npy",
-            mode="w+",
-            dtype=np.float32,
-            shape=(len(rows), trunk.out_features),
-        )
-        for view, rows in missing.items()
-    }
-    workers = number_of_workers(config, len(missing) * 100)
-    compute_views(trunk, dataset.images, missing, torch.device(config.device), workers, file, out=parts)
-    for view, part in parts.items():
-        part.flush()
-        del part
-        (folder / f"view{view}.part.npy").replace(folder / f"view{view}.npy")
-        views[view] = np.load(folder / f"view{view}.npy", mmap_mode="r")
-    return views, trunk, time.perf_counter() - start
+    with build_lock(folder):
+        trunk = backbones.build_trunk(config.backbone, dataset.image_size)
+        views, missing = {}, {}
+        for view, rows in rows_by_view.items():
+            path = folder / f"view{view}.npy"
+            views[view], problem = load_cached(path, len(rows), trunk.out_features)
+            if views[view] is None:
+                missing[view] = rows
+                if problem:
+                    print(f"cached features {path} are bad ({problem}): computing them again", file=file)
+        if not missing:
+            return views, trunk, 0.0
+        start = time.perf_counter()
+        folder.mkdir(parents=True, exist_ok=True)
+        parts = {
+            view: np.lib.format.open_memmap(
+                folder / f"view{view}.part.npy",
+                mode="w+",
+                dtype=np.float32,
+                shape=(len(rows), trunk.out_features),
+            )
+            for view, rows in missing.items()
+        }
+        workers = number_of_workers(config, len(missing) * 100)
+        compute_views(trunk, dataset.images, missing, torch.device(config.device), workers, file, out=parts)
+        for view, part in parts.items():
+            part.flush()
+            del part
+            (folder / f"view{view}.part.npy").replace(folder / f"view{view}.npy")
+            views[view] = np.load(folder / f"view{view}.npy", mmap_mode="r")
+        return views, trunk, time.perf_counter() - start
 
 
 def prepare_inputs(dataset, split, config, file=None):

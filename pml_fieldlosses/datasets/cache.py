@@ -1,7 +1,13 @@
 """Where built data sets and cached features live."""
 
+import contextlib
 import os
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock (one process per cache)
+    fcntl = None
 
 CACHE_ENV_VAR = "PML_FIELDLOSSES_CACHE"
 
@@ -18,3 +24,20 @@ def cache_dir(override=None):
     path = Path(override).expanduser().resolve()
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def build_lock(path):
+    """Hold an exclusive lock on ``<path>.lock`` while a cache entry is checked and, if
+    missing, built: processes that share a cache (the bench's workers, pb's Ray trials)
+    build an entry once and never read one half-written."""
+    lock_path = Path(f"{path}.lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as handle:
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(handle, fcntl.LOCK_UN)

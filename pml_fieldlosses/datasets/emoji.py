@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .base import ImageSet, first_half_split, render_files
-from .cache import cache_dir
+from .cache import build_lock, cache_dir
 from .npm import IntegrityError, NpmPackage, find_npm, npm_pack, safe_extract, sha256_file, verify_files
 from .render import check_svg_renderer
 
@@ -236,40 +236,41 @@ def load_emoji(
     key = _build_key(image_size, vendors, packages)
     stem = f"emoji-{image_size}px-{'-'.join(vendors)}-v{BUILD_VERSION}"
     arrays, record_path = root / f"{stem}.npz", root / f"{stem}.json"
-    if not rebuild and arrays.is_file() and record_path.is_file():
-        clear = f"delete it to rebuild the data: rm '{arrays}' '{record_path}'"
-        try:
-            record = json.loads(record_path.read_text())
-            recorded_key, recorded_sha = record["key"], record["arrays_sha256"]
-        except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as e:
-            raise IntegrityError(f"{record_path} is not a build record ({e!r}); {clear}") from None
-        if recorded_key == key:
-            if sha256_file(arrays) != recorded_sha:
-                raise IntegrityError(f"{arrays} does not match its recorded sha256; {clear}")
-            return ImageSet.load(arrays)
-    if any(VENDORS[v] in ("openmoji", "fluentui-emoji") for v in vendors):
-        check_svg_renderer()
-    find_npm(npm)
-    paths, labels, sources, hashes, names = collect_emoji_files(root, vendors, packages, npm)
-    images = render_files(paths, image_size, workers, desc=f"rendering emoji at {image_size}px")
-    keep = drop_duplicates(images, np.array(labels))
-    dropped = len(images) - len(keep)
-    paths, hashes = [paths[i] for i in keep], [hashes[i] for i in keep]
-    images, labels, sources = images[keep], np.array(labels)[keep], np.array(sources)[keep]
-    used, labels = np.unique(labels, return_inverse=True)
-    names = np.array(names)[used]
-    data = ImageSet(images, labels, names, sources, first_half_split(len(names)), "emoji")
-    data.save(arrays)
-    record = {
-        "key": key,
-        "integrity": {n: packages[n].integrity for n in _packages_for(vendors)},
-        "licenses": {v: LICENSES[v] for v in vendors},
-        "num_images": len(images),
-        "dropped_duplicate_images": dropped,
-        "num_classes": len(names),
-        "num_train_classes": data.num_train_classes,
-        "arrays_sha256": sha256_file(arrays),
-        "source_files_sha256": {p.relative_to(root).as_posix(): h for p, h in zip(paths, hashes)},
-    }
-    record_path.write_text(json.dumps(record, indent=1))
-    return data
+    with build_lock(arrays):
+        if not rebuild and arrays.is_file() and record_path.is_file():
+            clear = f"delete it to rebuild the data: rm '{arrays}' '{record_path}'"
+            try:
+                record = json.loads(record_path.read_text())
+                recorded_key, recorded_sha = record["key"], record["arrays_sha256"]
+            except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as e:
+                raise IntegrityError(f"{record_path} is not a build record ({e!r}); {clear}") from None
+            if recorded_key == key:
+                if sha256_file(arrays) != recorded_sha:
+                    raise IntegrityError(f"{arrays} does not match its recorded sha256; {clear}")
+                return ImageSet.load(arrays)
+        if any(VENDORS[v] in ("openmoji", "fluentui-emoji") for v in vendors):
+            check_svg_renderer()
+        find_npm(npm)
+        paths, labels, sources, hashes, names = collect_emoji_files(root, vendors, packages, npm)
+        images = render_files(paths, image_size, workers, desc=f"rendering emoji at {image_size}px")
+        keep = drop_duplicates(images, np.array(labels))
+        dropped = len(images) - len(keep)
+        paths, hashes = [paths[i] for i in keep], [hashes[i] for i in keep]
+        images, labels, sources = images[keep], np.array(labels)[keep], np.array(sources)[keep]
+        used, labels = np.unique(labels, return_inverse=True)
+        names = np.array(names)[used]
+        data = ImageSet(images, labels, names, sources, first_half_split(len(names)), "emoji")
+        data.save(arrays)
+        record = {
+            "key": key,
+            "integrity": {n: packages[n].integrity for n in _packages_for(vendors)},
+            "licenses": {v: LICENSES[v] for v in vendors},
+            "num_images": len(images),
+            "dropped_duplicate_images": dropped,
+            "num_classes": len(names),
+            "num_train_classes": data.num_train_classes,
+            "arrays_sha256": sha256_file(arrays),
+            "source_files_sha256": {p.relative_to(root).as_posix(): h for p, h in zip(paths, hashes)},
+        }
+        record_path.write_text(json.dumps(record, indent=1))
+        return data

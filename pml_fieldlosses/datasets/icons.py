@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .base import ImageSet, first_half_split, render_files
-from .cache import cache_dir
+from .cache import build_lock, cache_dir
 from .emoji import drop_duplicates, fetch_package
 from .npm import IntegrityError, NpmPackage, find_npm, sha256_file
 from .render import check_svg_renderer
@@ -364,40 +364,41 @@ def load_icons(
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     stem = f"icons-{image_size}px-min{min_sets}-v{BUILD_VERSION}-{digest}"
     arrays, record_path = root / f"{stem}.npz", root / f"{stem}.json"
-    if not rebuild and arrays.is_file() and record_path.is_file():
-        record = json.loads(record_path.read_text())
-        if record["key"] == key:
-            if sha256_file(arrays) != record["arrays_sha256"]:
-                raise IntegrityError(
-                    f"{arrays} does not match its recorded sha256; rebuild with rebuild=True"
-                )
-            return ImageSet.load(arrays)
-    check_svg_renderer()
-    find_npm(npm)
-    paths, labels, found_in, hashes, names = collect_icon_files(root, sources, packages, npm, min_sets)
-    images = render_files(paths, image_size, workers, desc=f"rendering icons at {image_size}px")
-    check_not_blank(images, paths)
-    labels = np.array(labels)
-    keep = drop_duplicates(images, labels)
-    keep = keep[keep_drawn_by(labels[keep], np.array(found_in)[keep], min_sets)]
-    dropped = len(images) - len(keep)
-    paths, hashes = [paths[i] for i in keep], [hashes[i] for i in keep]
-    images, labels, found_in = images[keep], labels[keep], np.array(found_in)[keep]
-    used, labels = np.unique(labels, return_inverse=True)
-    names = np.array(names)[used]
-    data = ImageSet(images, labels, names, found_in, first_half_split(len(names)), "icons")
-    root.mkdir(parents=True, exist_ok=True)
-    data.save(arrays)
-    record = {
-        "key": key,
-        "integrity": {n: packages[n].integrity for n in _packages_for(sources)},
-        "licenses": {n: LICENSES_BY_PACKAGE[n] for n in _packages_for(sources)},
-        "num_images": len(images),
-        "dropped_duplicate_images": dropped,
-        "num_classes": len(names),
-        "num_train_classes": data.num_train_classes,
-        "arrays_sha256": sha256_file(arrays),
-        "source_files_sha256": {Path(p).relative_to(root).as_posix(): h for p, h in zip(paths, hashes)},
-    }
-    record_path.write_text(json.dumps(record, indent=1))
-    return data
+    with build_lock(arrays):
+        if not rebuild and arrays.is_file() and record_path.is_file():
+            record = json.loads(record_path.read_text())
+            if record["key"] == key:
+                if sha256_file(arrays) != record["arrays_sha256"]:
+                    raise IntegrityError(
+                        f"{arrays} does not match its recorded sha256; rebuild with rebuild=True"
+                    )
+                return ImageSet.load(arrays)
+        check_svg_renderer()
+        find_npm(npm)
+        paths, labels, found_in, hashes, names = collect_icon_files(root, sources, packages, npm, min_sets)
+        images = render_files(paths, image_size, workers, desc=f"rendering icons at {image_size}px")
+        check_not_blank(images, paths)
+        labels = np.array(labels)
+        keep = drop_duplicates(images, labels)
+        keep = keep[keep_drawn_by(labels[keep], np.array(found_in)[keep], min_sets)]
+        dropped = len(images) - len(keep)
+        paths, hashes = [paths[i] for i in keep], [hashes[i] for i in keep]
+        images, labels, found_in = images[keep], labels[keep], np.array(found_in)[keep]
+        used, labels = np.unique(labels, return_inverse=True)
+        names = np.array(names)[used]
+        data = ImageSet(images, labels, names, found_in, first_half_split(len(names)), "icons")
+        root.mkdir(parents=True, exist_ok=True)
+        data.save(arrays)
+        record = {
+            "key": key,
+            "integrity": {n: packages[n].integrity for n in _packages_for(sources)},
+            "licenses": {n: LICENSES_BY_PACKAGE[n] for n in _packages_for(sources)},
+            "num_images": len(images),
+            "dropped_duplicate_images": dropped,
+            "num_classes": len(names),
+            "num_train_classes": data.num_train_classes,
+            "arrays_sha256": sha256_file(arrays),
+            "source_files_sha256": {Path(p).relative_to(root).as_posix(): h for p, h in zip(paths, hashes)},
+        }
+        record_path.write_text(json.dumps(record, indent=1))
+        return data
