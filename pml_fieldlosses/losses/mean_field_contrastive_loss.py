@@ -34,6 +34,8 @@ class MeanFieldContrastiveLoss(BaseMeanFieldLoss):
         super().__init__(num_classes, embedding_size, mf_reg_weight, mf_reg_power, **kwargs)
         checks.check_finite_number("pos_margin", pos_margin)
         checks.check_finite_number("neg_margin", neg_margin)
+        # [D - pos_margin]_+ <= 2 - pos_margin (and the batch's sum of B such terms)
+        checks.check_fits_float32("the positive term, 2 - pos_margin,", 2 - min(pos_margin, 0))
         # cosine distances are in [0, 2]: [neg_margin - D]_+ <= max(neg_margin, 0)
         checks.check_fits_float32(
             "the negative sum over classes, num_classes * neg_margin,", num_classes * max(neg_margin, 0)
