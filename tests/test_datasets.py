@@ -391,7 +391,8 @@ def test_built_in_data_sets_are_one_registry_entry_each(tmp_path, monkeypatch):
     from pml_fieldlosses import datasets
     from pml_fieldlosses.bench import BenchConfig
 
-    assert "emoji" in datasets.DATASETS
+    assert {"emoji", "icons"} <= set(datasets.DATASETS)
+    assert {"google", "lucide"} <= set(datasets.SOURCE_LICENSES)  # the report names every image licence
     root = tmp_path / "images"
     write_folder(root, [2] * 8)
     assert datasets.load_dataset(str(root), 12).num_classes == 8  # not a name: a folder

@@ -15,8 +15,7 @@ import numpy as np
 import torch
 
 from ..catalog import LOSSES, get_entry
-from ..datasets import DATASETS, load_dataset
-from ..datasets.emoji import LICENSES
+from ..datasets import DATASETS, SOURCE_LICENSES, load_dataset
 from . import report, scheduler
 from .baseline import untrained_test_embeddings
 from .features import prepare_inputs
@@ -87,7 +86,7 @@ def _run_and_report(config, out_dir, dataset, split, inputs, file, start, earlie
         "wall_note": f"the sum of {len(earlier) + 1} invocation(s) up to this report; "
         f"this one included {data_seconds:.0f} s of data loading"
         + (f" and {inputs.seconds:.0f} s of feature extraction" if inputs.seconds else ""),
-        "licenses": {v: LICENSES[v] for v in set(dataset.sources) if v in LICENSES},
+        "licenses": {v: SOURCE_LICENSES[v] for v in set(dataset.sources) if v in SOURCE_LICENSES},
     }
     report.write_csv(rows, out_dir / "results.csv")
     with open(out_dir / "report_log.txt", "w") as log, contextlib.redirect_stderr(log):

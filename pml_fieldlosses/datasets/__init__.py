@@ -1,9 +1,11 @@
-"""Data for the benchmark: the built-in data sets (``DATASETS``, by name: today
-multi-vendor emoji from npm), or your own image folder."""
+"""Data for the benchmark: the built-in data sets (``DATASETS``, by name: multi-vendor
+emoji and multi-set icons, both from npm; see docs/data.md), or your own image folder."""
 
 from .base import ImageSet, first_half_split, render_files
 from .cache import CACHE_ENV_VAR, cache_dir
 from .emoji import DEFAULT_VENDORS, LICENSES, PACKAGES, VENDORS, load_emoji
+from .icons import LICENSES as ICON_LICENSES
+from .icons import load_icons
 from .image_folder import IMAGE_EXTENSIONS, load_image_folder
 from .npm import IntegrityError, NpmPackage, UnsafeArchiveError, npm_pack, safe_extract, sha512_integrity
 from .render import check_svg_renderer, render_file
@@ -11,7 +13,10 @@ from .render import check_svg_renderer, render_file
 # name -> (loader(image_size, cache) -> ImageSet, one-line description for reports)
 DATASETS = {
     "emoji": (lambda image_size, cache: load_emoji(image_size, cache=cache), "multi-vendor emoji"),
+    "icons": (lambda image_size, cache: load_icons(image_size, cache=cache), "multi-set icons"),
 }
+# image licences of the built-in data sets, by source (vendor or icon set) name
+SOURCE_LICENSES = {**LICENSES, **ICON_LICENSES}
 
 
 def load_dataset(data, image_size, cache=None):
@@ -31,6 +36,7 @@ __all__ = [
     "VENDORS",
     "ImageSet",
     "IntegrityError",
+    "SOURCE_LICENSES",
     "NpmPackage",
     "UnsafeArchiveError",
     "cache_dir",
@@ -38,6 +44,7 @@ __all__ = [
     "first_half_split",
     "load_dataset",
     "load_emoji",
+    "load_icons",
     "load_image_folder",
     "npm_pack",
     "render_file",
