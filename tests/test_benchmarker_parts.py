@@ -2,6 +2,7 @@
 the Bayesian-optimisation helpers (in-process, no pb run)."""
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -261,7 +262,7 @@ def test_launcher_arguments():
     assert launcher.parse_registration("loss=pml_fieldlosses.losses") == ("loss", losses)
     kind, cls = launcher.parse_registration("dataset=pml_fieldlosses.benchmarker.synthetic.SyntheticImages")
     assert (kind, cls) == ("dataset", synthetic.SyntheticImages)
-    for bad in ("loss", "=x", "loss=pml_fieldlosses.benchmarker.launcher.CONFIG_MARKER"):
+    for bad in ("loss", "=x", "loss=pml_fieldlosses.benchmarker.launcher.CONFIG_MARKER", "loss=no_such_package.x"):
         with pytest.raises(ValueError, match="--register"):
             launcher.parse_registration(bad)
     saved = sys.argv
@@ -303,3 +304,20 @@ def test_nothing_is_patched_on_import():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split("\n")[-2] == "(False, False) False"
+
+
+def test_parallel_trials_options(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        launcher.main(["--experiment_name", "x", "--bayes_opt_iters", "2", "--parallel_trials", "0"])
+    assert exit_info.value.code == 2
+    assert "--parallel_trials must be >= 1, got 0" in capsys.readouterr().err
+    from pml_fieldlosses.benchmarker.parallel import ParallelTrials
+
+    args, _ = launcher.build_parser().parse_known_args(
+        ["--parallel_trials", "3", "--root_experiment_folder", "exp", "--experiment_name", "x"]
+    )
+    trials = ParallelTrials(args, ["--parallel_trials", "3", "--root_experiment_folder", "exp"])
+    assert trials.slots == 3
+    # the workers rebuild the runner with the folders made absolute (their cwd is not the driver's)
+    assert trials.argv[-4:] == ["--root_experiment_folder", os.path.abspath("exp"), "--dataset_root",
+                                os.path.abspath("datasets")]

@@ -138,6 +138,17 @@ def test_trained_model_never_selected_is_an_error(tmp_path):
         aggregate(tmp_path, per_fold)
 
 
+def test_a_trial_that_never_trains_is_a_validation_result_not_an_error(tmp_path):
+    # training (and a Bayesian-optimisation trial) aggregates the validation split: hyperparameters
+    # under which no epoch beats epoch 0 give a bad result, which the optimisation must see
+    per_fold = {f"fold{i}": FakeHooks(0, {-1: 0.1, 0: 0.2}) for i in range(4)}
+    keeper = aggregate(tmp_path, per_fold, split="val")
+    rows = keeper.query("SELECT * FROM agg_val ORDER BY id", use_global_db=False)
+    trained = [r for r in rows if r[const.TRAINED_STATUS_COL_NAME] == const.TRAINED]
+    assert len(trained) == 1  # the selected (epoch 0) accuracies, which pb left out
+    assert np.isclose(trained[0]["mean_average_precision_at_r_level0"], 0.2)
+
+
 def test_report_missing_rows_is_an_error(tmp_path):
     per_fold = {f"fold{i}": FakeHooks(4, {-1: 0.1, 0: 0.2, 4: 0.3}) for i in range(3)}
     per_fold["fold3"] = FakeHooks(0, {-1: 0.1, 0: 0.2})

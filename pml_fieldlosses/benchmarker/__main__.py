@@ -1,3 +1,3 @@
-from .launcher import main
+from .._extras import pb_main
 
-main()
+pb_main()

@@ -49,10 +49,11 @@ Trial = collections.namedtuple("Trial", "index name parameters resuming")
 
 
 class BayesOptRunner(SubExperiments, BaseRunner):
-    def __init__(self, bayes_opt_iters, reproductions, **kwargs):
+    def __init__(self, bayes_opt_iters, reproductions, parallel=None, **kwargs):
         super().__init__(**kwargs)
         self.bayes_opt_iters = bayes_opt_iters
         self.reproductions = reproductions
+        self.parallel = parallel  # None: one trial at a time in this process; else parallel.ParallelTrials
         self.YR = self.setup_yaml_reader()
         self.experiment_name = self.YR.args.experiment_name
         self.root = os.path.join(self.root_experiment_folder, self.experiment_name)
@@ -137,12 +138,10 @@ class BayesOptRunner(SubExperiments, BaseRunner):
             csv_folder=self.csv_folder, tensorboard_folder=self.tensorboard_folder
         )
         config_diffs = self.read_configs(find_search_space=False)
-        while (trial := self.next_trial(client)) is not None:
-            logger.info("Optimization iteration %d", trial.index)
-            # save config diffs (resuming with --merge_argparse_when_resuming), if any
-            pb_c_f.save_config_files(
-                self.YR.args.place_to_save_configs, config_diffs.args.dict_of_yamls, True, [trial.index]
-            )
+        if self.parallel is not None:
+            self.parallel.optimise(self, client, record_keeper, config_diffs)
+        while self.parallel is None and (trial := self.next_trial(client)) is not None:
+            self.start_trial(trial, config_diffs)
             result = self.run_trial(trial)
             self.record(client, record_keeper, trial, result)
         logger.info("DONE BAYESIAN OPTIMIZATION")
@@ -150,35 +149,56 @@ class BayesOptRunner(SubExperiments, BaseRunner):
         logger.info("##### FINISHED #####")
 
     def next_trial(self, client):
-        """The first of the ``bayes_opt_iters`` trials that is not completed: one ax made
-        before this run was interrupted (resumed), else a new one (``propose``); None
-        when all are done."""
+        trials = self.next_trials(client, 1)
+        return trials[0] if trials else None
+
+    def next_trials(self, client, count, busy=()):
+        """Up to ``count`` of the ``bayes_opt_iters`` trials that are neither completed nor
+        in ``busy`` (indices in flight): first those ax made before this run was
+        interrupted (resumed), then new ones (``propose``); [] when none is left."""
         table = client.summarize()
         statuses = {} if table.empty else dict(zip(table["trial_index"], table["trial_status"]))
+        trials = []
         for i in range(self.bayes_opt_iters):
-            if i not in statuses:
-                return self.propose(client, i)
-            if statuses[i] != "COMPLETED":
+            if len(trials) == count:
+                return trials
+            if i in statuses and statuses[i] != "COMPLETED" and i not in busy:
                 parameters = self.trial_parameters(self.trial_row(client, i))
-                return Trial(i, self.sub_experiment_name(i), parameters, resuming=True)
-        return None
+                trials.append(Trial(i, self.sub_experiment_name(i), parameters, resuming=True))
+        new = min(count - len(trials), self.bayes_opt_iters - len(statuses))
+        return trials + (self.propose(client, len(statuses), new) if new > 0 else [])
 
-    def propose(self, client, index):
-        ((trial_index, parameters),) = client.get_next_trials(max_trials=1).items()
-        if trial_index != index:
-            raise RuntimeError(f"ax made trial {trial_index}, expected trial {index}")
-        parameters = {k: plain(v) for k, v in parameters.items()}
+    def propose(self, client, first_index, count=1):
+        """Up to ``count`` new trials from ax (indices first_index, first_index + 1, ...):
+        ax may make fewer (e.g. when its model needs the results of the running ones)."""
+        proposed = client.get_next_trials(max_trials=count)
+        expected = list(range(first_index, first_index + len(proposed)))
+        if sorted(proposed) != expected:
+            raise RuntimeError(f"ax made trials {sorted(proposed)}, expected {expected}")
         self.save_client(client)
-        pb_c_f.write_yaml(
-            self.most_recent_parameters_filename,
-            {"parameters": parameters, "trial_index": index},
-            open_as="w",
+        trials = []
+        for index in expected:
+            parameters = {k: plain(v) for k, v in proposed[index].items()}
+            pb_c_f.write_yaml(
+                self.most_recent_parameters_filename,
+                {"parameters": parameters, "trial_index": index},
+                open_as="w",
+            )
+            trials.append(Trial(index, self.sub_experiment_name(index), parameters, resuming=False))
+        return trials
+
+    def start_trial(self, trial, config_diffs):
+        logger.info("Optimization iteration %d", trial.index)
+        # save config diffs (resuming with --merge_argparse_when_resuming), if any
+        pb_c_f.save_config_files(
+            self.YR.args.place_to_save_configs, config_diffs.args.dict_of_yamls, True, [trial.index]
         )
-        return Trial(index, self.sub_experiment_name(index), parameters, resuming=False)
 
     def run_trial(self, trial):
-        """pb's result of the trial's experiment: (fold mean, SEM) of the primary metric."""
-        if trial.resuming:
+        """pb's result of the trial's experiment: (fold mean, SEM) of the primary metric. A
+        trial whose folder exists is resumed (an interrupted run, or a Ray task run again
+        after its worker died)."""
+        if trial.resuming or os.path.isdir(self.sub_experiment_path(trial.name)):
             return self.resume_training(trial.parameters, trial.name)
         return self.run_new_experiment(trial.parameters, trial.name)
 
@@ -198,7 +218,10 @@ class BayesOptRunner(SubExperiments, BaseRunner):
         and the reports over the best trial and its reproductions."""
         best_name = self.save_best_parameters(record_keeper, client)
         self.test_model(best_name)
-        self.reproduce_results(best_name)
+        if self.parallel is not None:
+            self.parallel.reproduce(self, best_name)
+        else:
+            self.reproduce_results(best_name)
         YR = self.read_configs(find_search_space=False, merge_argparse=True)
         reproductions = [
             os.path.basename(p)

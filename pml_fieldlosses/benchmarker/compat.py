@@ -6,8 +6,8 @@ docs/benchmarker.md explains each one. Nothing here runs at import time: the lau
 calls ``restore_identity_in_pml()`` and registers the classes (pb looks factories, hook
 containers and API parsers up by class name, so ours replace pb's under the same names).
 The record-keeper fixes are in records.py; the Bayesian optimisation loop, which needs
-the current ax API, is in bayes_opt.py. Our own classes (losses, models, datasets, the
-DRML loss's access to the embedder) are registered in registration.py.
+the current ax API, is in bayes_opt.py (its parallel trials on Ray in parallel.py). Our own
+classes (losses, the DRML head, models, datasets) are registered in registration.py.
 """
 
 import copy

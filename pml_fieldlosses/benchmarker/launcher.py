@@ -68,6 +68,22 @@ def build_parser():
         help="after Bayesian optimisation, retrain the best configuration: N runs (0..N-1) or 'A,B' for A..B-1",
     )
     parser.add_argument(
+        "--parallel_trials",
+        type=int,
+        default=1,
+        help="Bayesian optimisation: trials (and reproductions) in flight at once, each a Ray task "
+        "(needs the cluster extra; see docs/cluster.md)",
+    )
+    parser.add_argument(
+        "--ray_address",
+        type=str,
+        default=None,
+        help="run the trials on this Ray cluster ('auto' or HOST:PORT; default with --parallel_trials > 1: "
+        "a new local Ray instance with this machine's resources)",
+    )
+    parser.add_argument("--trial_gpus", type=float, default=None, help="GPUs per trial (default 1 if the cluster has GPUs)")
+    parser.add_argument("--trial_cpus", type=float, default=None, help="CPUs per trial (default 1)")
+    parser.add_argument(
         "--register",
         action="append",
         default=[],
@@ -93,7 +109,10 @@ def parse_registration(spec):
     kind, sep, target = spec.partition("=")
     if not sep or not kind or not target:
         raise UsageError(f"--register expects KIND=TARGET (e.g. loss=my_package.my_losses), got {spec!r}")
-    obj = import_target(target)
+    try:
+        obj = import_target(target)
+    except (ImportError, AttributeError) as e:
+        raise UsageError(f"--register {spec}: cannot import {target} ({e})") from None
     if not (inspect.ismodule(obj) or inspect.isclass(obj)):
         raise UsageError(f"--register {spec}: {target} is neither a module nor a class")
     return kind, obj
@@ -146,7 +165,7 @@ class UsageError(ValueError):
     """A mistake on the command line: printed as one line, exit code 2."""
 
 
-def make_runner(args):
+def make_runner(args, launcher_argv=()):
     kwargs = {
         "dataset_root": args.dataset_root,
         "root_experiment_folder": args.root_experiment_folder,
@@ -159,30 +178,47 @@ def make_runner(args):
         from .bayes_opt import BayesOptRunner
 
         reproductions = [int(x) for x in args.reproductions.split(",")]
-        return BayesOptRunner(bayes_opt_iters=args.bayes_opt_iters, reproductions=reproductions, **kwargs)
+        parallel = None
+        if args.parallel_trials > 1 or args.ray_address:
+            from .parallel import ParallelTrials
+
+            parallel = ParallelTrials(args, launcher_argv)
+        return BayesOptRunner(
+            bayes_opt_iters=args.bayes_opt_iters, reproductions=reproductions, parallel=parallel, **kwargs
+        )
     from powerful_benchmarker.runners.single_experiment_runner import SingleExperimentRunner
 
     return SingleExperimentRunner(**kwargs)
 
 
+@contextlib.contextmanager
+def prepared_runner(argv):
+    """pb's runner for the launcher's command line ``argv``, with our fixes and
+    registrations, inside pb's view of the command line. The launcher runs it; a Ray worker
+    rebuilds the same runner to run one trial."""
+    args, pb_argv = build_parser().parse_known_args(argv)
+    registrations = [parse_registration(spec) for spec in args.register]
+    check_config_options(pb_argv, args.root_config_folder or default_config_root())
+    if args.parallel_trials < 1:
+        raise UsageError(f"--parallel_trials must be >= 1, got {args.parallel_trials}")
+    compat.restore_identity_in_pml()
+    with command_line(pb_argv):
+        runner = register(make_runner(args, argv))
+        for kind, obj in registrations:
+            runner.register(kind, obj)
+        yield runner
+
+
 def main(argv=None):
-    parser = build_parser()
-    args, pb_argv = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-    try:
-        registrations = [parse_registration(spec) for spec in args.register]
-        check_config_options(pb_argv, args.root_config_folder or default_config_root())
-    except (UsageError, ImportError, AttributeError) as e:
-        print(f"pml-fieldlosses-pb: error: {e}", file=sys.stderr)
-        sys.exit(2)
+    argv = sys.argv[1:] if argv is None else list(argv)
     logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     logging.getLogger().setLevel(logging.INFO)
-    compat.restore_identity_in_pml()
     try:
-        with command_line(pb_argv):
-            runner = register(make_runner(args))
-            for kind, obj in registrations:
-                runner.register(kind, obj)
+        with prepared_runner(argv) as runner:
             runner.run()
+    except UsageError as e:
+        print(f"pml-fieldlosses-pb: error: {e}", file=sys.stderr)
+        sys.exit(2)
     except ProtocolError as e:
         sys.exit(f"pml-fieldlosses-pb: protocol error: {e}")
     except SystemExit as e:

@@ -62,8 +62,12 @@ class MeanAggregator(pb_aggregators.MeanAggregator):
     """pb's fold mean ("separated" accuracies). Fixes:
 
     - trained_model_never_selected: when every fold's best validation epoch is 0 (the
-      untrained embedder), pb reports val "trained" accuracies of epochs it did not select
-      and its test report has no "trained" row at all, with exit code 0: an error here.
+      untrained embedder), pb's test report has no "trained" row at all, with exit code 0:
+      an error here for every split but the validation split itself (whose fold mean at the
+      selected epochs stays a result: a Bayesian-optimisation trial with hyperparameters
+      that do not train is a bad trial, not a broken run). There, a fold whose selected
+      epoch is 0 gets that epoch's accuracies as its "trained" ones (pb left them out, and
+      its trial result, read from the last "trained" row, failed with an IndexError).
     - report_missing_rows: a status (untrained trunk, untrained trunk + embedder,
       trained) without accuracies for every fold was averaged over the folds it had, or
       left out: an error naming the folds.
@@ -76,10 +80,15 @@ class MeanAggregator(pb_aggregators.MeanAggregator):
         best_epoch, _ = hooks.get_best_epoch_and_accuracy(tester, hooks.validation_split_name)
         self.selected_epochs = getattr(self, "selected_epochs", {})
         self.selected_epochs[split_scheme_name] = best_epoch
+        rows = self.meta_accuracies[self.split_to_aggregate]
+        if self.split_to_aggregate in splits_to_eval and best_epoch is not None and best_epoch <= 0:
+            for metric, folds in rows[const.UNTRAINED_TRUNK_AND_EMBEDDER].items():
+                rows[const.TRAINED][metric].setdefault(split_scheme_name, folds[split_scheme_name])
 
     def check_complete(self, splits_to_eval):
         epochs = getattr(self, "selected_epochs", {})
-        if epochs and all(e is not None and e <= 0 for e in epochs.values()):
+        beyond_validation = any(split != self.split_to_aggregate for split in splits_to_eval)
+        if beyond_validation and epochs and all(e is not None and e <= 0 for e in epochs.values()):
             raise ProtocolError(
                 "the trained model was never selected: in every fold the best validation epoch is 0 "
                 f"(the untrained model; best epochs {epochs}); train longer or with a larger learning rate"

@@ -45,8 +45,8 @@ class ModelFactory(pb_factories.ModelFactory):
 
 
 def field_classes():
-    """kind -> our classes that pb should find by name (the losses module holds PML's
-    losses and ours, RelationalLoss included)."""
+    """kind -> our classes that pb should find by name (our losses module: only our losses,
+    RelationalLoss included; pb finds PML's own losses in PML)."""
     from ..models import RelationalEmbedder
     from . import datasets, trunks
 

@@ -122,25 +122,30 @@ class SubExperiments:
             YR.args.splits_to_eval = ["test"]
             self.single_experiment_runner().run_new_experiment_or_resume(YR)
 
-    def reproduce_results(self, name):
+    def reproduction_indices(self):
         if isinstance(self.reproductions, (list, tuple)):
-            indices = range(*self.reproductions)
-        else:
-            indices = range(self.reproductions)
-        for i in indices:
-            reproduction = f"{name}_reproduction{i}"
-            YR = self.fresh_yaml_reader(reproduction)
-            YR.args.reproduce_results = self.sub_experiment_path(name)
-            YR.args.resume_training = None
-            result = const.RESUME_FAILURE
-            if os.path.isdir(YR.args.experiment_folder):
-                YR.args.resume_training = self.resume_training_value()
-                result = self.try_resuming(YR, reproduction=True)
-            if result == const.RESUME_FAILURE:
-                self.single_experiment_runner().reproduce_results(
-                    YR,
-                    starting_fresh_hook=lambda fresh, name=reproduction: self.start_fresh(fresh, name),
-                    max_merge_depth=0,
-                    max_argparse_merge_depth=0,
-                )
-            self.test_model(reproduction)
+            return list(range(*self.reproductions))
+        return list(range(self.reproductions))
+
+    def reproduce_results(self, name):
+        for i in self.reproduction_indices():
+            self.reproduce_one(name, i)
+
+    def reproduce_one(self, name, i):
+        """Reproduction i of sub-experiment ``name`` (resumed if its folder exists), tested."""
+        reproduction = f"{name}_reproduction{i}"
+        YR = self.fresh_yaml_reader(reproduction)
+        YR.args.reproduce_results = self.sub_experiment_path(name)
+        YR.args.resume_training = None
+        result = const.RESUME_FAILURE
+        if os.path.isdir(YR.args.experiment_folder):
+            YR.args.resume_training = self.resume_training_value()
+            result = self.try_resuming(YR, reproduction=True)
+        if result == const.RESUME_FAILURE:
+            self.single_experiment_runner().reproduce_results(
+                YR,
+                starting_fresh_hook=lambda fresh, name=reproduction: self.start_fresh(fresh, name),
+                max_merge_depth=0,
+                max_argparse_merge_depth=0,
+            )
+        self.test_model(reproduction)
