@@ -14,8 +14,11 @@ import functools
 from .. import cluster
 
 
-def _call(function, shared_ref, job, progress):
+def _call(call):
+    """In a Ray worker: one job of ``scheduler.run_jobs``'s kind, with progress sent back."""
     import ray
+
+    function, shared_ref, job, progress = call
 
     def report(**info):
         progress.put((job, info))
@@ -50,7 +53,7 @@ def _run_jobs(address, options, function, shared, jobs, workers, on_event=None, 
     calls = [(function, shared_ref, job, progress) for job in jobs]
     try:
         # Ray, not ``workers``, decides how many run at once: as many as the cluster's resources allow
-        for call, result in cluster.as_completed(ray, _call_packed, calls, options, poll=drain):
+        for call, result in cluster.as_completed(ray, _call, calls, options, poll=drain):
             job = call[2]
             drain()
             on_event("done", job, result)
@@ -58,7 +61,3 @@ def _run_jobs(address, options, function, shared, jobs, workers, on_event=None, 
     finally:
         progress.shutdown()
     return [results[job] for job in jobs]
-
-
-def _call_packed(call):
-    return _call(*call)

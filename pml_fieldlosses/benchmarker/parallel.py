@@ -25,23 +25,25 @@ logger = logging.getLogger(__name__)
 PATH_OPTIONS = ("root_experiment_folder", "dataset_root", "root_config_folder", "global_db_path", "pytorch_home")
 
 
-def run_trial(job):
-    """In a Ray worker: the trial's result, by the runner the launcher builds for ``argv``."""
+def worker_runner(argv):
+    """In a Ray worker: the runner the launcher builds for ``argv`` (a context manager)."""
     from .launcher import prepared_runner
 
-    argv, trial = job
     logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s: %(message)s", level=logging.INFO)
-    with prepared_runner(argv) as runner:
+    return prepared_runner(argv)
+
+
+def run_trial(job):
+    """In a Ray worker: the trial's result."""
+    argv, trial = job
+    with worker_runner(argv) as runner:
         return runner.run_trial(trial)
 
 
 def reproduce(job):
     """In a Ray worker: reproduction ``i`` of sub-experiment ``name``, and its test evaluation."""
-    from .launcher import prepared_runner
-
     argv, name, i = job
-    logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s: %(message)s", level=logging.INFO)
-    with prepared_runner(argv) as runner:
+    with worker_runner(argv) as runner:
         runner.reproduce_one(name, i)
 
 
