@@ -17,16 +17,14 @@ raised by the job itself is not retried: it reaches the driver with the job name
 import os
 import uuid
 
-INSTALL_HINT = 'pip install "pml-fieldlosses[cluster]"'
-
 
 def import_ray():
-    try:
-        import ray
-    except ModuleNotFoundError as error:
-        if error.name != "ray":
-            raise
-        raise SystemExit(f"Ray is not installed; it comes with the cluster extra: {INSTALL_HINT}") from None
+    """Ray, or one line naming the pip command of the cluster extra (pml_fieldlosses._extras)."""
+    from ._extras import require
+
+    require("running on Ray", ["cluster"])
+    import ray
+
     return ray
 
 
