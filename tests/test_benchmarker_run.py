@@ -16,7 +16,7 @@ from contextlib import closing
 
 import pytest
 
-from .pb_support import npm_skip, pb_skip
+from .pb_support import check_trial_value, npm_skip, pb_skip
 
 MISSING, pb_mark = pb_skip("powerful_benchmarker", "torchvision", "ax")
 pytestmark = [pb_mark, npm_skip()]
@@ -202,7 +202,8 @@ def test_records_hold_map_at_r_for_every_fold(experiment):
             "trained",
         ]
         for row in table:
-            assert 0 < row[MAP_R] <= 1 and row[f"SEM_{MAP_R}"] >= 0 and row["timestamp"]
+            # 0 is possible on the tiny validation and test sets (6 and 24 classes, 2 images each)
+            assert 0 <= row[MAP_R] <= 1 and row[f"SEM_{MAP_R}"] >= 0 and row["timestamp"]
     best_val = rows(meta, f"MeanAggregator_{ACCURACIES.format('VAL')}")[-1][MAP_R]
     best_per_fold = [max(r[MAP_R] for r in fold_rows(experiment, fold) if r["epoch"] > 0) for fold in FOLDS]
     assert best_val == pytest.approx(sum(best_per_fold) / 4)
@@ -220,7 +221,7 @@ def test_ensemble_result_exists(experiment):
         "trained",
     ]
     assert [r["epoch"] for r in table] == ["untrained_trunk", "untrained_trunk_and_embedder", "trained"]
-    assert all(0 < r[MAP_R] <= 1 for r in table)
+    assert all(0 <= r[MAP_R] <= 1 for r in table)
     assert "embedding dimensionality is 512" in logs["ensemble"]  # 4 folds x 128
 
 
@@ -254,7 +255,7 @@ def test_bayesian_optimisation_resumes_and_reports(tmp_path):
     )
     metric = "mean_average_precision_at_r"
     for r in trials:
-        assert 0 < r[metric] <= 1 and r[f"SEM_{metric}"] >= 0
+        check_trial_value(root / f"bo{r['trial_index']}", r, rows)
         assert 0 <= r["loss_funcs_metric_loss_MeanFieldContrastiveLoss_pos_margin"] <= 0.2
         assert 1e-6 <= r["optimizers_metric_loss_optimizer_RMSprop_lr"] <= 1
     best = yaml.safe_load((root / "best_parameters.yaml").read_text())
@@ -279,7 +280,7 @@ def test_bayesian_optimisation_resumes_and_reports(tmp_path):
         assert low <= trained["mean"] <= high
         details = yaml.safe_load((root / f"detailed_report_{base}.yaml").read_text())
         assert sorted(details) == [name, f"{name}_reproduction0"]
-        assert all(0 < d["trained"][MAP_R] <= 1 for d in details.values())
+        assert all(0 <= d["trained"][MAP_R] <= 1 for d in details.values())
 
 
 def test_drml_head_trains_in_pb(tmp_path):
