@@ -132,33 +132,12 @@ def experiment(tmp_path_factory):
         "meta_logs": sorted(p.name for p in (experiment / "meta_logs" / "saved_csvs").glob("*.csv")),
     }
     logs = {"resumed": run_launcher(folder, *args, "--resume_training", "latest", log_name="resumed.log")}
-    logs["evaluate"] = run_launcher(
-        folder,
-        "--experiment_name",
-        "mfc",
-        "--evaluate",
-        "--splits_to_eval",
-        "[test]",
-        log_name="evaluate.log",
-    )
-    logs["evaluate_again"] = run_launcher(
-        folder,
-        "--experiment_name",
-        "mfc",
-        "--evaluate",
-        "--splits_to_eval",
-        "[test]",
-        log_name="evaluate2.log",
-    )
-    logs["ensemble"] = run_launcher(
-        folder,
-        "--experiment_name",
-        "mfc",
-        "--evaluate_ensemble",
-        "--splits_to_eval",
-        "[test]",
-        log_name="ensemble.log",
-    )
+    # evaluated twice: the second run adds no duplicate records
+    evaluate = ["--experiment_name", "mfc", "--evaluate", "--splits_to_eval", "[test]"]
+    logs["evaluate"] = run_launcher(folder, *evaluate, log_name="evaluate.log")
+    logs["evaluate_again"] = run_launcher(folder, *evaluate, log_name="evaluate2.log")
+    ensemble = ["--experiment_name", "mfc", "--evaluate_ensemble", "--splits_to_eval", "[test]"]
+    logs["ensemble"] = run_launcher(folder, *ensemble, log_name="ensemble.log")
     return experiment, killed, logs
 
 
