@@ -12,12 +12,16 @@ on the validation classes (never the test classes) and prints the best; the
 result for the default data is ``SELECTED`` below, which the benchmark uses.
 Every other hyperparameter keeps its published default.
 
-A name may carry its own value, e.g. ``PFML[delta=0.3]`` (``get_entry``).
+A name may carry its own values, e.g. ``PFML[delta=0.3]`` or
+``PFML[alpha=2,proxies_per_class=4]`` (``get_entry``): the tuned hyperparameter
+or any keyword the loss's constructor names. ``EXTRA_LOSSES`` are entries that
+``pml-fieldlosses claims`` needs but the bench does not run by default.
 Learnable loss parameters (proxies, class weights W, mean fields) get their
 own optimiser over ``loss.parameters()`` (BenchConfig.loss_lr_multiplier).
 """
 
 import dataclasses
+import inspect
 import re
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -78,10 +82,13 @@ class LossEntry:
     make: Optional[Callable] = None
     # (in_features, embedding_size) -> embedder module, or None for linear_embedder
     embedder: Optional[Callable] = None
+    # ((keyword, value), ...) set by the name, e.g. PFML[alpha=2] (get_entry)
+    options: tuple = ()
 
     def build(self, num_classes, embedding_size, **options):
-        """The loss with the entry's value of its tuned hyperparameter (``options`` win)."""
-        options = {self.tuned: self.value, **options}
+        """The loss with the entry's value of its tuned hyperparameter and its
+        ``options`` (the arguments win)."""
+        options = {self.tuned: self.value, **dict(self.options), **options}
         if self.make is not None:
             return self.make(num_classes, embedding_size, **options)
         if self.per_class:
@@ -110,16 +117,54 @@ class LossEntry:
     def candidates(self):
         return [self.variant(v) for v in self.grid]
 
+    def keywords(self):
+        """The keywords a name may set: the tuned one and those the loss's
+        constructor (or ``make``) names, but not the sizes."""
+        if self.make is not None:
+            function, skip = self.make, 2  # make(C, D, ...)
+        else:
+            function, skip = self.loss_class.__init__, 3 if self.per_class else 1  # self, C, D
+        parameters = list(inspect.signature(function).parameters.values())[skip:]
+        named = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        return [self.tuned] + [k for k in named if k != self.tuned]
 
-def _drml(C, D, margin):
-    """DRML around ProxyAnchor, built like any loss (the head's branch outputs travel with
-    its output); ``margin``: the ProxyAnchor margin of the representation and branch losses."""
-    base = pml_losses.ProxyAnchorLoss(C, D, margin=margin)
 
-    def branches():
-        return pml_losses.ProxyAnchorLoss(C, D // DRML_BRANCHES, margin=margin)
+def drml(base):
+    """``make`` of the DRML relational head around the PML loss class ``base``
+    (one with class parameters sized (num_classes, embedding_size) and a
+    ``margin``), built like any loss (the head's branch outputs travel with its
+    output); ``margin``: that of the representation and branch losses."""
 
-    return losses.RelationalLoss(base, branch_losses=branches, num_branches=DRML_BRANCHES, embedding_size=D)
+    def make(C, D, margin):
+        def branches():
+            return base(C, D // DRML_BRANCHES, margin=margin)
+
+        return losses.RelationalLoss(
+            base(C, D, margin=margin), branch_losses=branches, num_branches=DRML_BRANCHES, embedding_size=D
+        )
+
+    return make
+
+
+def _drml_pair(base, miner):
+    """``make`` of the DRML head around a pair loss without class parameters
+    (one loss for the embedding and every branch) with ``miner()`` for the branches."""
+
+    def make(C, D, margin):
+        return losses.RelationalLoss(
+            base(margin=margin), num_branches=DRML_BRANCHES, embedding_size=D, branch_miner=miner()
+        )
+
+    return make
+
+
+def _relational_embedder(F, D):
+    return RelationalEmbedder(F, D, num_branches=DRML_BRANCHES)
+
+
+def _triplet_miner():
+    """Semi-hard triplets within PML's TripletMarginLoss default margin."""
+    return miners.TripletMarginMiner(margin=0.05, type_of_triplets="semihard")
 
 
 # grids: the published default, then the values with half and twice its distance margin
@@ -156,13 +201,53 @@ _TABLE = [
         losses.RelationalLoss,
         "margin",
         (0.1, 0.05, 0.2),
-        make=_drml,
-        embedder=lambda F, D: RelationalEmbedder(F, D, num_branches=DRML_BRANCHES),
+        make=drml(pml_losses.ProxyAnchorLoss),
+        embedder=_relational_embedder,
     ),
 ]
 LOSSES = {entry.name: entry.with_value(SELECTED.get(entry.name, entry.default)) for entry in _TABLE}
 
-_VARIANT = re.compile(r"^(?P<name>[^\[\]]+)\[(?P<key>\w+)=(?P<value>[^\[\]]+)\]$")
+# Entries that only ``pml-fieldlosses claims`` runs (the DRML claim: the head around a
+# triplet loss with a miner and around CosFace). Not selected: a DRML variant takes the
+# value of the loss it wraps, so that the head is the only difference.
+_EXTRA_TABLE = [
+    LossEntry(
+        "Triplet",
+        "PML",
+        pml_losses.TripletMarginLoss,
+        "margin",
+        (0.05, 0.025, 0.1),
+        miner=_triplet_miner,
+        per_class=False,
+    ),
+    LossEntry(
+        "DRML-Triplet",
+        "ours",
+        losses.RelationalLoss,
+        "margin",
+        (0.05, 0.025, 0.1),
+        miner=_triplet_miner,
+        make=_drml_pair(pml_losses.TripletMarginLoss, _triplet_miner),
+        embedder=_relational_embedder,
+    ),
+    LossEntry(
+        "DRML-CosFace",
+        "ours",
+        losses.RelationalLoss,
+        "margin",
+        (0.35, 0.175, 0.7),
+        make=drml(pml_losses.CosFaceLoss),
+        embedder=_relational_embedder,
+    ),
+]
+_WRAPS = {"DRML-CosFace": "CosFace"}
+EXTRA_LOSSES = {
+    entry.name: entry.with_value(LOSSES[_WRAPS[entry.name]].value if entry.name in _WRAPS else entry.default)
+    for entry in _EXTRA_TABLE
+}
+
+_VARIANT = re.compile(r"^(?P<name>[^\[\]]+)\[(?P<settings>[^\[\]]+)\]$")
+_INTEGER = re.compile(r"^[+-]?\d+$")
 
 
 def default_losses():
@@ -170,22 +255,35 @@ def default_losses():
 
 
 def get_entry(name):
-    """The entry of ``name``: a loss of LOSSES, or one with its tuned
-    hyperparameter set in the name, e.g. ``PFML[delta=0.3]``."""
+    """The entry of ``name``: a loss of LOSSES or EXTRA_LOSSES, or one with
+    settings in the name, ``NAME[key=value,...]``: its tuned hyperparameter
+    (e.g. ``PFML[delta=0.3]``) or any keyword its constructor names (e.g.
+    ``PFML[alpha=2,proxies_per_class=4]``), with a number (an integer when
+    written as one)."""
     match = _VARIANT.match(name)
     base = match["name"] if match else name
-    if base not in LOSSES:
-        raise ValueError(f"unknown loss {name!r}; available: {', '.join(LOSSES)}")
-    entry = LOSSES[base]
+    known = {**LOSSES, **EXTRA_LOSSES}
+    if base not in known:
+        raise ValueError(f"unknown loss {name!r}; available: {', '.join(known)}")
+    entry = known[base]
     if not match:
         return entry
-    if match["key"] != entry.tuned:
-        raise ValueError(f"loss {base} takes [{entry.tuned}=VALUE] (its tuned hyperparameter), got {name!r}")
-    try:
-        value = float(match["value"])
-    except ValueError:
-        raise ValueError(f"{name!r}: {match['value']!r} is not a number") from None
-    return dataclasses.replace(entry.with_value(value), name=name)
+    settings = {}
+    for item in match["settings"].split(","):
+        key, equals, text = (part.strip() for part in item.partition("="))
+        if key not in entry.keywords():
+            raise ValueError(
+                f"loss {base} takes [{entry.tuned}=VALUE] (its tuned hyperparameter) or [KEY=VALUE,...] "
+                f"with KEY one of {', '.join(entry.keywords())}; got {key!r} in {name!r}"
+            )
+        if key in settings:
+            raise ValueError(f"{name!r} sets {key} twice")
+        try:
+            settings[key] = int(text) if _INTEGER.match(text) else float(text)
+        except ValueError:
+            raise ValueError(f"{name!r}: {key}={text!r} is not a number") from None
+    value = settings.pop(entry.tuned, entry.value)
+    return dataclasses.replace(entry.with_value(value), name=name, options=tuple(settings.items()))
 
 
 def published(name, **options):

@@ -5,6 +5,8 @@ pml-fieldlosses bench --quick             # a few minutes
 pml-fieldlosses bench --label-noise 0.2   # 20 % of the training labels corrupted
 pml-fieldlosses bench --data PATH         # your images, one folder per class
 pml-fieldlosses select                    # choose each loss's margin on the validation classes
+pml-fieldlosses claims                    # test the papers' claims (docs/claims.md)
+pml-fieldlosses claims --quick            # the same in a few minutes (2 seeds: wide intervals)
 """
 
 import argparse
@@ -52,17 +54,50 @@ def select_parser(subparsers):
     return p
 
 
-def add_shared_options(p):
+def claims_parser(subparsers):
+    p = subparsers.add_parser(
+        "claims",
+        help="test the papers' claims with the bench's protocol and report a verdict for each",
+        description="For each claim of the PFML, mean-field and DRML papers, train the runs of the "
+        "experiment that tests it (the bench's runs; a run that several claims need is trained once), "
+        "compare the arms by the paired difference over seeds with its 95% t-interval, and give a "
+        "verdict: reproduced, not reproduced or inconclusive. See docs/claims.md.",
+    )
+    add_shared_options(p, losses=False, epochs_default="30; --quick: 12", out_default="claims_out")
+    p.add_argument("--seeds", type=int, help="number of seeds per run (default 3; --quick: 2)")
+    p.add_argument(
+        "--claims",
+        help="comma-separated claim ids (default: all): "
+        + ",".join(claim.id for claim in _claims_table()),
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="smaller budget: 2 seeds, at most 12 epochs, 1 augmented view"
+    )
+    p.set_defaults(func=run_claims_command)
+    return p
+
+
+def _claims_table():
+    from .claims.table import CLAIMS
+
+    return CLAIMS
+
+
+def add_shared_options(p, losses=True, epochs_default="60; --quick: 12", out_default="bench_out"):
     from .catalog import LOSSES
     from .datasets import DATASETS
 
+    if losses:
+        p.add_argument(
+            "--losses",
+            help=f"comma-separated losses (default: all available: {','.join(LOSSES)}); "
+            "NAME[key=value,...] sets a loss's tuned hyperparameter or another keyword of its "
+            "constructor, e.g. PFML[delta=0.3] or PFML[alpha=2,proxies_per_class=4]",
+        )
     p.add_argument(
-        "--losses",
-        help=f"comma-separated losses (default: all available: {','.join(LOSSES)}); "
-        "NAME[key=value] sets a loss's tuned hyperparameter, e.g. PFML[delta=0.3]",
-    )
-    p.add_argument(
-        "--epochs", type=int, help="maximum epochs per run, with early stopping (default 60; --quick: 12)"
+        "--epochs",
+        type=int,
+        help=f"maximum epochs per run, with early stopping (default {epochs_default})",
     )
     p.add_argument("--embedding-size", type=int, help="embedding dimension (default 128)")
     p.add_argument(
@@ -88,7 +123,7 @@ def add_shared_options(p):
         "'local' (a new Ray instance on this machine); one GPU per run with --device cuda "
         "(needs the cluster extra; see docs/cluster.md)",
     )
-    p.add_argument("--out", help="output folder (default ./bench_out); reruns resume there")
+    p.add_argument("--out", help=f"output folder (default ./{out_default}); reruns resume there")
     p.add_argument(
         "--cache",
         help="cache folder for data and features (default: $PML_FIELDLOSSES_CACHE or the user cache)",
@@ -102,7 +137,7 @@ def config_from_args(args):
 
     fields = {f.name for f in dataclasses.fields(BenchConfig)} - {"quick"}
     settings = {k: v for k, v in vars(args).items() if k in fields and v is not None}
-    if args.losses is not None:
+    if getattr(args, "losses", None) is not None:
         settings["losses"] = tuple(name.strip() for name in args.losses.split(",") if name.strip())
     return quick_config(**settings) if getattr(args, "quick", False) else BenchConfig(**settings)
 
@@ -119,12 +154,25 @@ def run_select_command(args):
     selection.run_selection(config_from_args(args))
 
 
+def run_claims_command(args):
+    from .bench.protocol import BenchConfig
+    from .claims import claims_config, run_claims
+
+    fields = {f.name for f in dataclasses.fields(BenchConfig)} - {"quick", "losses"}
+    settings = {k: v for k, v in vars(args).items() if k in fields and v is not None}
+    ids = None
+    if args.claims is not None:
+        ids = [i.strip() for i in args.claims.split(",") if i.strip()]
+    run_claims(claims_config(quick=args.quick, **settings), ids)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="pml-fieldlosses", description=__doc__.split("\n")[0])
     parser.add_argument("--traceback", action="store_true", help="show the full traceback of an error")
     subparsers = parser.add_subparsers(dest="command", required=True)
     bench_parser(subparsers)
     select_parser(subparsers)
+    claims_parser(subparsers)
     args = parser.parse_args(argv)
     try:
         args.func(args)

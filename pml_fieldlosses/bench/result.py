@@ -35,6 +35,14 @@ class RunResult:
     label_noise: dict = field(default_factory=lambda: {"fraction": 0.0, "changed": 0, "of": 0})
     clipped_fraction: dict = field(default_factory=dict)
     run_seconds: float = 0.0
+    # mean distance from each proxy of the selected model to the nearest clean training
+    # embedding of its class (both L2-normalised); None for a loss without proxies or an
+    # untested run (run.proxy_distance)
+    proxy_distance: Optional[float] = None
+
+    # fields added after results were first written: a result.json without them is read
+    # with their default
+    LATER_FIELDS = ("proxy_distance",)
 
     def __post_init__(self):
         if self.test is not None and set(self.test) != set(METRICS):
@@ -56,6 +64,9 @@ class RunResult:
         """The result in ``path``; BenchFileError naming the file if it is not one."""
         data = read_json(path)
         names = {f.name for f in dataclasses.fields(cls)}
+        if isinstance(data, dict):
+            later = {f.name: f.default for f in dataclasses.fields(cls) if f.name in cls.LATER_FIELDS}
+            data = {**later, **data}
         if not isinstance(data, dict) or set(data) != names:
             got = sorted(data) if isinstance(data, dict) else type(data).__name__
             raise BenchFileError(f"{path} is not a run result (expected keys {sorted(names)}, got {got})")

@@ -16,6 +16,7 @@ from pytorch_metric_learning.utils import logging_presets
 
 from .. import catalog
 from . import metrics
+from .features import ArrayDataset
 from .protocol import training_labels
 from .result import RunResult
 
@@ -173,7 +174,7 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, report=
     trainer.train(num_epochs=config.epochs)
     best_epoch, best_val = hooks.get_best_epoch_and_accuracy(tester, "val")
     history = hooks.get_accuracy_history(tester, "val", return_all_metrics=True)
-    results = None
+    results = distance = None
     if test:
         hooks.load_latest_saved_models(trainer, str(model_dir), device, best=True)
         tester.test(
@@ -187,6 +188,7 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, report=
         results = metrics.level0(tester.all_accuracies["test"])
         if seed == 0:
             save_embeddings(run_dir / "test_embeddings.npz", tester, inputs, trunk, embedder)
+        distance = proxy_distance(loss, tester, inputs, trunk, embedder)
     if writer is not None:
         writer.close()
     keep_best_models(model_dir, best_epoch)
@@ -208,7 +210,44 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, report=
         label_noise={"fraction": config.label_noise, "changed": len(changed), "of": len(labels)},
         clipped_fraction={name: c.clipped_fraction() for name, c in clippers.items()},
         run_seconds=time.perf_counter() - start,
+        proxy_distance=distance,
     )
+
+
+def proxy_distance(loss, tester, inputs, trunk, embedder):
+    """Mean over the proxies of ``loss`` (its ``proxies``: (C, D), or (C, M, D) for
+    M per class) of the Euclidean distance from the proxy to the nearest clean
+    training embedding of its class, both L2-normalised (the PFML paper's measure
+    of how well proxies represent their data, §3.4/§4.4). None for a loss without
+    proxies (or a class without training samples)."""
+    proxies = getattr(loss, "proxies", None)
+    if not isinstance(proxies, torch.Tensor):
+        return None
+    split = inputs.split
+    embeddings, labels = tester.get_all_embeddings(
+        ArrayDataset(inputs.eval_inputs, split.train, split.train_labels),
+        trunk,
+        embedder,
+        collate_fn=inputs.eval_collate,
+    )
+    embeddings = torch.nn.functional.normalize(embeddings.float().cpu(), dim=-1)
+    labels = labels.cpu()[:, 0]
+    proxies = proxies.detach().float().cpu()
+    num_classes = proxies.shape[0]
+    if proxies.shape[-1] != embeddings.shape[1] or int(labels.max()) >= num_classes:
+        return None
+    proxies = torch.nn.functional.normalize(proxies.reshape(num_classes, -1, embeddings.shape[1]), dim=-1)
+    owner = torch.arange(num_classes).repeat_interleave(proxies.shape[1])
+    proxies = proxies.reshape(-1, embeddings.shape[1])
+    nearest = torch.full((len(proxies),), float("inf"))
+    for start in range(0, len(embeddings), 4096):  # blocks of samples: memory, not a loop over samples
+        block, block_labels = embeddings[start : start + 4096], labels[start : start + 4096]
+        distances = torch.cdist(proxies, block)
+        distances[owner[:, None] != block_labels[None, :]] = float("inf")
+        nearest = torch.minimum(nearest, distances.min(dim=1).values)
+    if not torch.isfinite(nearest).all():
+        return None
+    return float(nearest.mean())
 
 
 def save_embeddings(path, tester, inputs, trunk, embedder):

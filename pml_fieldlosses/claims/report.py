@@ -1,0 +1,194 @@
+"""The claims report: the verdict table (terminal and Markdown), the
+comparisons (CSV), summary.json and a figure per claim."""
+
+import contextlib
+import csv
+import math
+
+from .table import MEASURES
+from .verdict import EQUIVALENCE, RULE
+
+
+def _number(x, signed=False):
+    if math.isnan(x):
+        return "n/a"
+    return f"{x:+.3f}" if signed else f"{x:.3f}"
+
+
+def _ci(interval):
+    if math.isnan(interval.low):
+        return "n/a (< 2 seeds)"
+    return f"[{_number(interval.low, True)}, {_number(interval.high, True)}]"
+
+
+def _direction(comparison):
+    return {"greater": "a > b", "less": "a < b", "none": f"|a − b| < {EQUIVALENCE:g}"}[comparison.direction]
+
+
+def comparison_rows(evaluated):
+    """One row per comparison: claim id, a, b, measure, noise, claimed, means, Δ, CI, verdict."""
+    rows = []
+    for e in evaluated:
+        for p in e["parts"]:
+            c, interval = p["comparison"], p["interval"]
+            rows.append(
+                [
+                    e["claim"].id,
+                    " + ".join(c.a),
+                    " + ".join(c.b),
+                    c.measure + (f" @ {c.noise:.0%} noise" if c.noise else ""),
+                    _direction(c),
+                    _number(sum(p["a"]) / len(p["a"])),
+                    _number(sum(p["b"]) / len(p["b"])),
+                    _number(interval.mean, True),
+                    _ci(interval),
+                    p["verdict"],
+                ]
+            )
+    return rows
+
+
+COMPARISON_HEADER = ["claim", "a", "b", "measure", "claimed", "a mean", "b mean", "Δ = a − b", "95 % CI", "verdict"]
+VERDICT_HEADER = ["claim", "paper", "section", "verdict", "comparisons (reproduced / not / inconclusive)"]
+
+
+def verdict_rows(evaluated):
+    rows = []
+    for e in evaluated:
+        verdicts = [p["verdict"] for p in e["parts"]]
+        counts = "/".join(str(verdicts.count(v)) for v in ("reproduced", "not reproduced", "inconclusive"))
+        claim = e["claim"]
+        rows.append([claim.id, claim.paper.split(" (")[0], claim.section, e["verdict"], counts])
+    return rows
+
+
+def _text(header, rows):
+    table = [header] + rows
+    widths = [max(len(str(line[i])) for line in table) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip() for line in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _markdown(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+def settings_line(config):
+    return (
+        f"backbone {config.backbone}, {config.image_size} px, embedding "
+        f"{config.embedding_size}, {config.seeds} seeds, at most {config.epochs} epochs (patience "
+        f"{config.patience}, lr × {config.lr_decay:g} every {config.lr_decay_epochs}), "
+        f"{config.aug_views} augmented view(s)" + (" (--quick)" if config.quick else "")
+    )
+
+
+def text_table(evaluated, config, data):
+    """What the command prints: the verdict per claim, then every comparison."""
+    return "\n".join(
+        [
+            f"Claims on {data}: {settings_line(config)}",
+            "",
+            _text(VERDICT_HEADER, verdict_rows(evaluated)),
+            "",
+            _text(COMPARISON_HEADER, comparison_rows(evaluated)),
+            "",
+            "Rule: " + RULE,
+        ]
+    )
+
+
+def write_csv(evaluated, data, path):
+    """Every comparison, numbers unformatted, with the data set's name (one file per data set)."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(
+            ["data", "claim", "a", "b", "measure", "noise", "direction", "a_mean", "b_mean"]
+            + ["difference", "ci95_low", "ci95_high", "seeds", "verdict", "claim_verdict"]
+        )
+        for e in evaluated:
+            for p in e["parts"]:
+                c, interval = p["comparison"], p["interval"]
+                writer.writerow(
+                    [data, e["claim"].id, " + ".join(c.a), " + ".join(c.b), c.measure, c.noise, c.direction]
+                    + [f"{sum(p['a']) / len(p['a']):.5f}", f"{sum(p['b']) / len(p['b']):.5f}"]
+                    + [f"{interval.mean:.5f}", f"{interval.low:.5f}", f"{interval.high:.5f}", interval.n]
+                    + [p["verdict"], e["verdict"]]
+                )
+
+
+def write_markdown(evaluated, config, info, plots, path):
+    seeds_note = (
+        f" With {config.seeds} seeds the t-interval is wide (t(0.975, {config.seeds - 1}) = "
+        f"{_t(config.seeds):.1f}): most comparisons can only be inconclusive."
+        if config.seeds < 3
+        else ""
+    )
+    lines = [
+        "# pml-fieldlosses claims",
+        "",
+        f"Data: {info['data']}. Settings: {settings_line(config)}; every other setting is the bench's "
+        "protocol (docs/bench.md), and each run is the bench's run of that loss and seed (result folders: "
+        + ", ".join(f"`{name}`" for name in info["folders"].values())
+        + f"). {info['runs']} runs.{seeds_note}",
+        "",
+        "## Verdicts",
+        "",
+        _markdown(VERDICT_HEADER, verdict_rows(evaluated)),
+        "",
+        "**Rule.** " + RULE,
+        "",
+        "## Comparisons",
+        "",
+        _markdown(COMPARISON_HEADER, comparison_rows(evaluated)),
+        "",
+        "Measures: " + "; ".join(f"`{k}`: {v[0]}" for k, v in MEASURES.items()) + ".",
+        "",
+        "## The claims",
+        "",
+    ]
+    for e in evaluated:
+        claim = e["claim"]
+        lines += [
+            f"### {claim.id}: {e['verdict']}",
+            "",
+            f"{claim.paper}, {claim.section}: *{claim.claim}*",
+            "",
+            f"Experiment: {claim.experiment}",
+            "",
+        ]
+        if claim.id in plots:
+            lines += [f"![{claim.id}]({plots[claim.id]})", ""]
+    lines += [
+        f"Wall time: {info['wall_seconds']:.0f} s (the sum of {info['invocations']} invocation(s) on this "
+        "folder, data loading and feature extraction included).",
+        "",
+        "Files: `comparisons.csv` (every comparison), `summary.json` (per-seed values), `plots/`.",
+        "",
+    ]
+    path.write_text("\n".join(lines))
+
+
+def _t(seeds):
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, seeds - 1))
+
+
+def write(evaluated, runs, config, info, out_dir, file=None):
+    """Every file of the report in ``out_dir``."""
+    from . import plots
+    from .run import write_summary
+
+    (out_dir / "plots").mkdir(exist_ok=True)
+    made = {}
+    with open(out_dir / "report_log.txt", "w") as log, contextlib.redirect_stderr(log):
+        for e in evaluated:
+            name = f"plots/{e['claim'].id}.png"
+            plots.claim_figure(e, runs, config.seeds, out_dir / name)
+            made[e["claim"].id] = name
+    write_csv(evaluated, info["data"], out_dir / "comparisons.csv")
+    write_summary(evaluated, info, out_dir / "summary.json")
+    write_markdown(evaluated, config, info, made, out_dir / "README.md")
+    return made

@@ -1,0 +1,171 @@
+"""``pml-fieldlosses claims``: plan the runs the claims need (each (label noise,
+loss, seed) once, shared between claims), train them with the bench's runs
+(resume, workers, Ray), measure, judge by the verdict rule, and report."""
+
+import dataclasses
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..bench import backend, prepare
+from ..bench.metrics import PRIMARY
+from ..bench.protocol import BenchConfig, quick_config
+from ..bench.result import add_wall_time, earlier_wall_times, write_json
+from ..bench.runs import run_all
+from . import report
+from .table import EARLY_EPOCH, get_claims, runs_needed, validate
+from .verdict import combine, paired_interval, verdict
+
+# The full set's budget: the bench's protocol with half its epochs (and its lr steps
+# twice as often, so the schedule has the same shape), 3 seeds; ~108 runs fit in
+# 30 minutes on 2 cores. --quick is the bench's --quick (2 seeds, 12 epochs, 1 view).
+FULL_BUDGET = dict(epochs=30, lr_decay_epochs=5)
+
+
+def claims_config(quick=False, **settings):
+    """The BenchConfig of the claims: the full budget or --quick, explicit settings winning."""
+    settings.setdefault("out", "claims_out")
+    if quick:
+        return quick_config(**settings)
+    return BenchConfig(**{**FULL_BUDGET, **settings})
+
+
+def level_configs(config, claims):
+    """{label noise: the BenchConfig of its runs (the losses the claims read at that noise)}."""
+    return {
+        level: dataclasses.replace(config, label_noise=level, losses=tuple(names))
+        for level, names in runs_needed(claims).items()
+    }
+
+
+def report_folder(config):
+    clean = dataclasses.replace(config, label_noise=0.0, losses=config.losses[:1])
+    return Path(config.out) / f"claims-{clean.folder_name()}"
+
+
+def run_claims(config, ids=None, file=None):
+    """Run the claims ``ids`` (all when None) with ``config``; print and write the
+    report. Returns the evaluated claims (see ``evaluate``)."""
+    file = file or sys.stderr
+    start = time.perf_counter()
+    claims = get_claims(ids)
+    validate(claims)
+    configs = level_configs(config, claims)
+    out_dir = report_folder(config)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    earlier = earlier_wall_times(out_dir)
+    print(f"pml-fieldlosses claims -> {out_dir}", file=file)
+    total_runs = sum(len(c.losses) for c in configs.values()) * config.seeds
+    print(f"{len(claims)} claims, {total_runs} runs ({config.seeds} seeds)", file=file)
+    try:
+        runs, dataset_name = {}, None
+        for level, level_config in configs.items():
+            folder = Path(config.out) / level_config.folder_name()
+            dataset, _, inputs, _ = prepare(level_config, folder, file)
+            dataset_name = dataset.name
+            jobs = [(name, seed) for seed in range(config.seeds) for name in level_config.losses]
+            results = run_all(inputs, level_config, folder, file=file, jobs=jobs, backend=backend(level_config))
+            runs.update({(level, r.loss, r.seed): r for r in results})
+        evaluated = evaluate(claims, runs, config.seeds)
+        info = {
+            "data": config.data if dataset_name is None else dataset_name,
+            "runs": len(runs),
+            "folders": {level: c.folder_name() for level, c in configs.items()},
+            "wall_seconds": sum(earlier) + time.perf_counter() - start,
+            "invocations": len(earlier) + 1,
+        }
+        report.write(evaluated, runs, config, info, out_dir, file)
+    finally:
+        seconds = time.perf_counter() - start
+        total, invocations = add_wall_time(out_dir, seconds)
+    print("\n" + report.text_table(evaluated, config, info["data"]), file=sys.stdout)
+    print(f"\nreport: {out_dir / 'README.md'}", file=sys.stdout)
+    print(
+        f"wall time: {seconds:.0f} s ({invocations} invocation(s) on this folder: {total:.0f} s)",
+        file=sys.stdout,
+    )
+    return evaluated
+
+
+def measure(runs, name, measure_name, level, seed):
+    """The value of ``measure_name`` (table.MEASURES) for one run; nan when the run
+    has none (a loss without proxies, a run stopped before EARLY_EPOCH)."""
+    run = runs[(level, name, seed)]
+    if measure_name == "map":
+        return run.test[PRIMARY]
+    if measure_name == "noise_drop":
+        return runs[(0.0, name, seed)].test[PRIMARY] - run.test[PRIMARY]
+    if measure_name == "epochs_to_best":
+        return float(run.best_epoch)
+    if measure_name == "val_map_early":
+        history = run.val_history
+        if EARLY_EPOCH not in history["epoch"]:
+            return math.nan
+        return history["map_at_r"][history["epoch"].index(EARLY_EPOCH)]
+    if measure_name == "proxy_distance":
+        return math.nan if run.proxy_distance is None else run.proxy_distance
+    raise ValueError(f"unknown measure {measure_name!r}")
+
+
+def arm_values(runs, arm, measure_name, level, seeds):
+    """One value per seed: the mean over the arm's losses."""
+    return [float(np.mean([measure(runs, name, measure_name, level, s) for name in arm])) for s in range(seeds)]
+
+
+def evaluate(claims, runs, seeds):
+    """[{"claim": Claim, "verdict": str, "parts": [{comparison, a, b, interval, verdict}]}]."""
+    evaluated = []
+    for claim in claims:
+        parts = []
+        for comparison in claim.comparisons:
+            a = arm_values(runs, comparison.a, comparison.measure, comparison.noise, seeds)
+            b = arm_values(runs, comparison.b, comparison.measure, comparison.noise, seeds)
+            interval = paired_interval(a, b)
+            parts.append(
+                {
+                    "comparison": comparison,
+                    "a": a,
+                    "b": b,
+                    "interval": interval,
+                    "verdict": verdict(interval, comparison.direction),
+                }
+            )
+        evaluated.append({"claim": claim, "parts": parts, "verdict": combine(p["verdict"] for p in parts)})
+    return evaluated
+
+
+def summary(evaluated):
+    """JSON-ready form of ``evaluate``'s result."""
+    return [
+        {
+            "id": e["claim"].id,
+            "paper": e["claim"].paper,
+            "section": e["claim"].section,
+            "claim": e["claim"].claim,
+            "experiment": e["claim"].experiment,
+            "verdict": e["verdict"],
+            "comparisons": [
+                {
+                    "label": p["comparison"].label,
+                    "a": list(p["comparison"].a),
+                    "b": list(p["comparison"].b),
+                    "measure": p["comparison"].measure,
+                    "noise": p["comparison"].noise,
+                    "direction": p["comparison"].direction,
+                    "a_per_seed": p["a"],
+                    "b_per_seed": p["b"],
+                    **dataclasses.asdict(p["interval"]),
+                    "verdict": p["verdict"],
+                }
+                for p in e["parts"]
+            ],
+        }
+        for e in evaluated
+    ]
+
+
+def write_summary(evaluated, info, path):
+    write_json(path, {"info": info, "claims": summary(evaluated)})
