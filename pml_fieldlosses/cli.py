@@ -63,7 +63,7 @@ def claims_parser(subparsers):
         "compare the arms by the paired difference over seeds with its 95% t-interval, and give a "
         "verdict: reproduced, not reproduced or inconclusive. See docs/claims.md.",
     )
-    add_shared_options(p, losses=False, epochs_default="30; --quick: 12", out_default="claims_out")
+    add_shared_options(p, losses=False, epochs_default="30; --quick: 8", out_default="claims_out")
     p.add_argument("--seeds", type=int, help="number of seeds per run (default 3; --quick: 2)")
     p.add_argument(
         "--claims",
@@ -71,7 +71,7 @@ def claims_parser(subparsers):
         + ",".join(claim.id for claim in _claims_table()),
     )
     p.add_argument(
-        "--quick", action="store_true", help="smaller budget: 2 seeds, at most 12 epochs, 1 augmented view"
+        "--quick", action="store_true", help="smaller budget: 2 seeds, at most 8 epochs, 1 augmented view"
     )
     p.set_defaults(func=run_claims_command)
     return p
