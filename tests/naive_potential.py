@@ -1,11 +1,14 @@
 """Naive references for the potential-field losses, written from
 ../shared/spec/LOSSES.md section 6: an explicit Python loop over all ordered
-pairs of points (slow on purpose, small inputs only), and a dense vectorised
-(B + N M)^2 version of the same formula for longer runs.
-Both take raw tensors x (B, D), labels y (list or tensor), proxies (N, M, D)
-and return the per-point energies [E_a] (batch points first, then the proxies
-class-major); the loss with a SumReducer is their sum. At the end: the test
-cases shared by the PFML and CPML test files."""
+pairs of points (slow on purpose, small inputs only). It takes raw tensors
+x (B, D), labels y (list or tensor), proxies (N, M, D) and returns the
+per-point energies [E_a] (batch points first, then the proxies class-major);
+the loss with a SumReducer is their sum. It checks both paths of the losses
+(the dense one, all pairs, and the scalable one); on longer runs the scalable
+path is compared with the loss's own dense path (``dense_reference``). At the
+end: the test cases shared by the PFML and CPML test files."""
+
+import copy
 
 import torch
 
@@ -82,29 +85,24 @@ def naive_cpml(x, y, proxies, delta, repulsion_delta=None, normalize_proxies=Tru
     )
 
 
-def dense_energies(x, y, proxies, delta, alpha=None, repulsion_delta=None, normalize_proxies=True):
-    """Same as naive_pfml (alpha given) or naive_cpml (alpha None), as one
-    (P, P) matrix; returns a tensor of P energies."""
-    rd = delta if repulsion_delta is None else repulsion_delta
-    N, M, D = proxies.shape
-    q = proxies.reshape(N * M, D)
-    q = torch.nn.functional.normalize(q, dim=1) if normalize_proxies else q
-    points = torch.cat([torch.nn.functional.normalize(x, dim=1), q])
-    labels = torch.cat([torch.as_tensor(y), torch.arange(N).repeat_interleave(M)])
-    sq = ((points[:, None] - points[None]) ** 2).sum(-1)
-    positive = sq > 0  # d = 0 for coincident points, without differentiating sqrt at 0
-    d = torch.where(positive, torch.sqrt(torch.where(positive, sq, 1.0)), 0.0)
-    same = labels[:, None] == labels[None]
-    if alpha is None:
-        phi = torch.where(same, torch.clamp(d, min=delta) ** 2, -(torch.clamp(d, max=rd) ** 2))
-    else:
-        phi = torch.where(
-            same,
-            -(torch.clamp(d, min=delta) ** (-alpha)),
-            torch.clamp(torch.clamp(d, min=FLOOR), max=rd) ** (-alpha),
-        )
-    off_diagonal = ~torch.eye(len(points), dtype=torch.bool)
-    return (phi * off_diagonal).sum(dim=1)
+def dense_reference(loss_fn, x, labels):
+    """The loss's dense path (all P x P pairs, ``dense=True``) on a copy of
+    ``loss_fn`` with the same proxies: the value and the gradients with
+    respect to x and the proxies."""
+    dense = copy.deepcopy(loss_fn)
+    dense.dense = True
+    x = x.detach().clone().requires_grad_()
+    loss = dense(x, labels)
+    return (loss, *torch.autograd.grad(loss, [x, dense.proxies]))
+
+
+def check_dense_reference(loss_fn, x, labels, loss, grads, dtype=torch.float64):
+    """``loss`` and ``grads`` (w.r.t. x and the proxies) of the scalable path
+    equal the loss's dense path."""
+    expected, *expected_grads = dense_reference(loss_fn, x, labels)
+    assert_close(loss, expected, dtype)
+    for grad, expected_grad in zip(grads, expected_grads):
+        assert_close(grad, expected_grad, dtype)
 
 
 # Each case: (builder of our loss from (num_classes, embedding_size, proxies_per_class, **kw),
@@ -167,10 +165,10 @@ def check_against_naive(loss_fn, naive, x, labels, proxies, dtype, normalize_pro
     assert_close(grad_p, expected_grad_p, dtype)
 
 
-def check_cases_match_naive(cases, case, pattern, dtype, normalized):
+def check_cases_match_naive(cases, case, pattern, dtype, normalized, dense):
     g = generator_for(case, pattern, dtype, normalized)
     build, naive = cases[case]
     labels = make_labels(pattern, g)
     x, proxies = random_inputs(len(labels), NUM_CLASSES, 2, dtype, g, normalized)
-    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, 2).to(dtype)
+    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, 2, dense=dense).to(dtype)
     check_against_naive(loss_fn, naive, x, labels, proxies, dtype)

@@ -1,5 +1,6 @@
 """ContrastivePotentialLoss against the naive loop reference (value and
-gradients), edge cases, gradcheck, bad input, mixed precision."""
+gradients; its dense and its scalable path), edge cases, gradcheck, bad
+input, mixed precision."""
 
 import math
 
@@ -12,28 +13,34 @@ from .helpers import DTYPES, EMBEDDING_SIZE, LABEL_PATTERNS, NUM_CLASSES, genera
 from .naive_potential import CPML_CASES, check_against_naive, check_cases_match_naive, random_inputs
 
 
+PATHS = {"dense": True, "scalable": False}
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("normalized", [False, True], ids=["raw", "normalized"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("pattern", LABEL_PATTERNS)
 @pytest.mark.parametrize("case", CPML_CASES)
-def test_matches_naive(case, pattern, dtype, normalized):
-    check_cases_match_naive(CPML_CASES, case, pattern, dtype, normalized)
+def test_matches_naive(case, pattern, dtype, normalized, path):
+    check_cases_match_naive(CPML_CASES, case, pattern, dtype, normalized, PATHS[path])
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("M", [1, 3])
 @pytest.mark.parametrize("normalize_proxies", [True, False])
-def test_proxies_per_class_and_raw_proxies_match_naive(M, normalize_proxies, dtype):
+def test_proxies_per_class_and_raw_proxies_match_naive(M, normalize_proxies, dtype, path):
     g = generator_for("CPML M", M, normalize_proxies, dtype)
     build, naive = CPML_CASES["delta0.6_rdelta1.2"]
     labels = [0, 0, 2, 2, 2, 5, 5, 1, 8]
     x, proxies = random_inputs(len(labels), NUM_CLASSES, M, dtype, g, proxy_scale=0.45)
-    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, M, normalize_proxies=normalize_proxies).to(dtype)
-    check_against_naive(loss_fn, naive, x, labels, proxies, dtype, normalize_proxies)
+    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, M, normalize_proxies=normalize_proxies, dense=PATHS[path])
+    check_against_naive(loss_fn.to(dtype), naive, x, labels, proxies, dtype, normalize_proxies)
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_duplicated_points_are_finite_and_exact(dtype):
+def test_duplicated_points_are_finite_and_exact(dtype, path):
     """No distance floor: coincident points of different classes are at the
     bottom of the repulsion well, -0^2 = 0 below its plateau."""
     g = generator_for("CPML duplicates", dtype)
@@ -46,7 +53,7 @@ def test_duplicated_points_are_finite_and_exact(dtype):
     proxies[0, 1] = proxies[0, 0]
     proxies[7, 0] = proxies[0, 0]
     proxies[1, 0] = x[0]
-    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, 2).to(dtype)
+    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, 2, dense=PATHS[path]).to(dtype)
     check_against_naive(loss_fn, naive, x, labels, proxies, dtype)
 
 
@@ -79,13 +86,14 @@ def test_repulsion_is_the_mirror_of_the_attraction():
             assert loss_fn(x, torch.tensor([label])).item() == pytest.approx(value, rel=1e-12)
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("case", CPML_CASES)
-def test_gradcheck_float64(case):
+def test_gradcheck_float64(case, path):
     g = generator_for(case, "CPML gradcheck")
     labels = torch.tensor([0, 0, 2, 2, 5, 1])
     x, proxies = random_inputs(len(labels), 6, 2, torch.float64, g)
     x.requires_grad_()
-    loss_fn = CPML_CASES[case][0](6, EMBEDDING_SIZE, 2).double()
+    loss_fn = CPML_CASES[case][0](6, EMBEDDING_SIZE, 2, dense=PATHS[path]).double()
     with torch.no_grad():
         loss_fn.proxies.copy_(proxies)
     assert torch.autograd.gradcheck(lambda x, p: loss_fn(x, labels), (x, loss_fn.proxies))

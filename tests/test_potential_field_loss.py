@@ -1,5 +1,6 @@
-"""PotentialFieldLoss against the naive loop reference (value and gradients),
-edge cases, gradcheck, bad input, mixed precision."""
+"""PotentialFieldLoss against the naive loop reference (value and gradients;
+its dense and its scalable path), the choice between the paths, edge cases,
+gradcheck, bad input, mixed precision."""
 
 import warnings
 
@@ -26,29 +27,60 @@ from .naive_potential import (
 )
 
 
+PATHS = {"dense": True, "scalable": False}
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("normalized", [False, True], ids=["raw", "normalized"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("pattern", LABEL_PATTERNS)
 @pytest.mark.parametrize("case", PFML_CASES)
-def test_matches_naive(case, pattern, dtype, normalized):
-    check_cases_match_naive(PFML_CASES, case, pattern, dtype, normalized)
+def test_matches_naive(case, pattern, dtype, normalized, path):
+    check_cases_match_naive(PFML_CASES, case, pattern, dtype, normalized, PATHS[path])
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("M", [1, 3])
 @pytest.mark.parametrize("normalize_proxies", [True, False])
-def test_proxies_per_class_and_raw_proxies_match_naive(M, normalize_proxies, dtype):
+def test_proxies_per_class_and_raw_proxies_match_naive(M, normalize_proxies, dtype, path):
     g = generator_for("M", M, normalize_proxies, dtype)
     build, naive = PFML_CASES["delta0.8_alpha2"]
     labels = [0, 0, 2, 2, 2, 5, 5, 1, 8]
     # raw proxies near the unit sphere, so that they interact with the embeddings
     x, proxies = random_inputs(len(labels), NUM_CLASSES, M, dtype, g, proxy_scale=0.45)
-    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, M, normalize_proxies=normalize_proxies).to(dtype)
-    check_against_naive(loss_fn, naive, x, labels, proxies, dtype, normalize_proxies)
+    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, M, normalize_proxies=normalize_proxies, dense=PATHS[path])
+    check_against_naive(loss_fn.to(dtype), naive, x, labels, proxies, dtype, normalize_proxies)
 
 
+def test_dense_path_is_chosen_for_small_point_sets_only():
+    """dense=None: all pairs while (B + N M)^2 D <= dense_entries, else the
+    scalable path (the only one that touches the neighbour list); the same
+    value either way; True and False force a path; anything else is refused."""
+    g = generator_for("path choice")
+    labels = torch.tensor([0, 0, 2, 5, 5, 1])
+    x, proxies = random_inputs(len(labels), NUM_CLASSES, 2, torch.float64, g)
+    values = []
+    for dense, dense_entries in [(None, 2**20), (None, 10), (True, 10), (False, 2**20)]:
+        loss_fn = losses.PotentialFieldLoss(NUM_CLASSES, EMBEDDING_SIZE, delta=0.8, alpha=2.0, dense=dense)
+        loss_fn.dense_entries = dense_entries
+        with torch.no_grad():
+            loss_fn.double().proxies.copy_(proxies)
+        values.append(loss_fn(x, labels))
+        P = len(labels) + 2 * NUM_CLASSES
+        assert loss_fn.use_dense(P) == (dense if dense is not None else P * P * EMBEDDING_SIZE <= dense_entries)
+        assert (loss_fn.neighbor_list.num_builds == 0) == loss_fn.use_dense(P)
+    assert losses.PotentialFieldLoss(3, 4).dense is None
+    for value in values[1:]:
+        assert_close(value, values[0], torch.float64)
+    for bad in ["yes", 1, 0.0]:
+        with pytest.raises(ValueError, match="dense must be"):
+            losses.PotentialFieldLoss(5, 4, dense=bad)
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_duplicated_points_are_finite_and_exact(dtype):
+def test_duplicated_points_are_finite_and_exact(dtype, path):
     """Coincident points of different classes sit at the distance floor
     (value floor^-alpha, no force); of the same class on the attraction plateau."""
     g = generator_for("duplicates", dtype)
@@ -62,7 +94,7 @@ def test_duplicated_points_are_finite_and_exact(dtype):
     proxies[0, 1] = proxies[0, 0]  # two proxies of class 0 coincide
     proxies[7, 0] = proxies[0, 0] * 0.5  # a proxy of class 7 on one of class 0
     proxies[1, 0] = x[0]  # a proxy of class 1 on an embedding of class 0
-    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, 2).to(dtype)
+    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, 2, dense=PATHS[path]).to(dtype)
     check_against_naive(loss_fn, naive, x, labels, proxies, dtype)
     loss = loss_fn(x.clone().requires_grad_(), torch.tensor(labels))
     assert torch.isfinite(loss)
@@ -141,7 +173,7 @@ def test_chunked_and_checkpointed_paths_match_naive():
     build, naive = PFML_CASES["delta0.6_alpha6_rdelta1.1"]
     labels = [0, 0, 2, 2, 2, 5, 5, 1, 8, 8, 3]
     x, proxies = random_inputs(len(labels), NUM_CLASSES, 3, torch.float64, g)
-    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, 3).double()
+    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, 3, dense=False).double()
     loss_fn.chunk_entries = 2 * EMBEDDING_SIZE  # also the neighbour list's blocks
     loss_fn.neighbor_list.pair_cost = 1  # keep the list however dense
     check_against_naive(loss_fn, naive, x, labels, proxies, torch.float64)
@@ -149,13 +181,14 @@ def test_chunked_and_checkpointed_paths_match_naive():
     assert loss_fn.neighbor_list.pairs.shape[1] > 10
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("case", PFML_CASES)
-def test_gradcheck_float64(case):
+def test_gradcheck_float64(case, path):
     g = generator_for(case, "gradcheck")
     labels = torch.tensor([0, 0, 2, 2, 5, 1])
     x, proxies = random_inputs(len(labels), 6, 2, torch.float64, g)
     x.requires_grad_()
-    loss_fn = PFML_CASES[case][0](6, EMBEDDING_SIZE, 2).double()
+    loss_fn = PFML_CASES[case][0](6, EMBEDDING_SIZE, 2, dense=PATHS[path]).double()
     with torch.no_grad():
         loss_fn.proxies.copy_(proxies)
     assert torch.autograd.gradcheck(lambda x, p: loss_fn(x, labels), (x, loss_fn.proxies))

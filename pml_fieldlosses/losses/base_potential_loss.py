@@ -15,46 +15,67 @@ from .mixins import CheckedForwardMixin
 class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricLossFunction):
     """Energy of the batch embeddings and all learnable proxies in a potential field.
 
-    Spec (LOSSES.md 6.3, compact form): stack the P = B + N M points q_a (the
-    normalised embeddings, then the proxies, normalised if
-    ``normalize_proxies``, class-major) with their labels l_a; then
+    The spec's sum (LOSSES.md 6.3). The class field of class j at r is
 
-        U = sum_a E_a,   E_a = sum_{b != a} phi(d_ab, l_a = l_b),
+        Psi_j(r) = sum_{i: y_i = j} psi_att(d(r, z_i)) + sum_k psi_att(d(r, p_jk))
+                 + sum_{i: y_i != j} psi_rep(d(r, z_i)) + sum_{g != j} sum_k psi_rep(d(r, p_gk))
 
-    phi(d, same) = psi_att(d) (``attraction``), phi(d, different) = psi_rep(d)
-    (``repulsion``), d the Euclidean distance; the self terms b = a of the
-    spec are constants and are left out. The loss returns E_a as two element
-    losses, "embedding_loss" (the B embeddings) and "proxy_loss" (the proxies);
-    the default SumReducer adds them up to U.
+    and U = sum_i Psi_{y_i}(z_i) + sum_{j,k} Psi_j(p_jk). Stacking the
+    P = B + N M points q_a (the normalised embeddings, then the proxies,
+    normalised if ``normalize_proxies``, class-major) with their labels l_a,
+    every term of U is one ordered pair (a, b):
 
-    How it is computed. psi_att is constant for d <= delta, with value
-    psi_att(delta); psi_rep is constant for d >= repulsion_delta, with value
-    psi_rep(repulsion_delta) (the potentials' *plateau* values, ``plateaus``).
-    Writing phi = plateau + (phi - plateau) and counting, for point a, the
-    n_{l_a} - 1 other points of its class (n_c = samples of class c in the
-    batch + M) and the P - n_{l_a} of other classes:
+        U = sum_a sum_b phi(d_ab, l_a = l_b),
+        phi(d, same) = psi_att(d) (``attraction``), phi(d, different) = psi_rep(d) (``repulsion``),
+
+    d the Euclidean distance. The P self terms b = a are the constant
+    psi_att(0) (no gradient) and are left out: the loss returns
+
+        E_a = sum_{b != a} phi(d_ab, l_a = l_b)
+
+    as two element losses, "embedding_loss" (the B embeddings) and
+    "proxy_loss" (the proxies); the default SumReducer adds them up to U
+    minus its constant self terms.
+
+    The dense path (``dense_energies``) is this sum as written: the P x P
+    squared distances from coordinate differences, phi of every pair, the
+    diagonal masked. It costs O(P^2 D) time and memory, so it is used for
+    small point sets (P^2 D <= ``dense_entries``) or when ``dense=True``; it is
+    also the reference the scalable path is tested against.
+
+    The scalable path (``sparse_energies``) derives the same E_a without the
+    P x P matrix. psi_att is constant for d <= delta, with value
+    psi_att(delta), and psi_rep is constant for d >= repulsion_delta, with
+    value psi_rep(repulsion_delta): the potentials' *plateau* values
+    (``plateaus``). Write phi = plateau + (phi - plateau) in E_a. With n_c the
+    points of class c (its samples in the batch + M proxies), point a has
+    n_{l_a} - 1 other points of its class and P - n_{l_a} of other classes, so
 
         E_a = (n_{l_a} - 1) psi_att(delta) + (P - n_{l_a}) psi_rep(repulsion_delta)
-              + sum_{b != a} [phi(d_ab) - plateau(l_a = l_b)].
+              + sum_{b != a} [phi(d_ab, l_a = l_b) - plateau(l_a = l_b)].
 
-    The first line is ``plateau_energies`` (no distances at all). In the sum,
-    only *candidate* pairs can be non-zero: same-class pairs farther apart
-    than delta and different-class pairs closer than repulsion_delta.
-    ``candidate_pairs`` finds a superset of them without gradient (the
-    search: matrix products in blocks with a rounding margin, and the proxy
-    ``NeighborList`` for proxies of different classes, which falls back to a
-    dense blocked search when the proxies cluster); ``pair_energies`` then
-    computes their terms exactly from coordinate differences, with gradient
-    (the energy); the pairs of two proxies of one class are summed in
-    ``intra_class_energies`` from each class's M x M Gram matrix. The dense
-    P x P evaluation of the same formula is tests/naive_potential.py's
-    ``dense_energies``, the reference this path is tested against at every
-    step of training runs. Subclasses give ``attraction(sq)`` and
-    ``repulsion(sq)`` as functions of sq = d^2, constant on those plateaus.
+    The first line needs no distance at all (``plateau_energies``). In the
+    sum, a pair adds exactly 0 unless it is off its plateau: a same-class pair
+    farther apart than delta, or a pair of different classes closer than
+    repulsion_delta. So the sum splits into
+      * the search (``candidate_pairs``, no gradient): a superset of the
+        off-plateau pairs, from matrix products in blocks with a margin for
+        rounding; among proxies of different classes, the proxy
+        ``NeighborList`` (a Verlet list while the proxies are spread out, a
+        dense blocked search when they cluster);
+      * the energy (``pair_energies``, with gradient): phi - plateau of each
+        candidate pair, exactly, from its coordinate differences, added to
+        both of its points (each unordered pair is two ordered terms of U);
+      * the pairs of two proxies of one class, always summed from each
+        class's M x M Gram matrix (``intra_class_energies``).
+    Subclasses give ``attraction(sq)`` and ``repulsion(sq)`` as functions of
+    sq = d^2 (constant on the plateaus).
     """
 
     # entries of one block of a distance computation (bounds the memory)
     chunk_entries = 2**22
+    # dense=None uses the dense path while P * P * D is at most this
+    dense_entries = 2**20
     # skin of the proxy neighbour list, in units of repulsion_delta
     neighbor_skin = 1.0
 
@@ -66,6 +87,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         delta,
         repulsion_delta=None,
         normalize_proxies=True,
+        dense=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -77,6 +99,8 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         if repulsion_delta is None:
             repulsion_delta = delta
         checks.check_positive("repulsion_delta", repulsion_delta)
+        if dense is not None and not isinstance(dense, bool):
+            raise ValueError(f"dense must be None (automatic), True or False, got {dense!r}")
         # the squared radii are thresholds, and CPML's potentials reach them
         checks.check_fits_float32(f"delta**2 (delta={delta})", lambda: float(delta) ** 2)
         checks.check_fits_float32(
@@ -88,6 +112,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         self.delta = delta
         self.repulsion_delta = repulsion_delta
         self.normalize_proxies = normalize_proxies
+        self.dense = dense
         self.proxies = torch.nn.Parameter(torch.Tensor(num_classes, proxies_per_class, embedding_size))
         self.weight_init_func(self.proxies)
         self.neighbor_list = NeighborList(self.chunk_entries)
@@ -126,35 +151,16 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         c_f.indices_tuple_not_supported(indices_tuple)
         checks.ref_not_supported(self, embeddings, labels, ref_emb, ref_labels)
         self.cast_types(embeddings.dtype, embeddings.device)
-        B, M = len(embeddings), self.proxies_per_class
+        B = len(embeddings)
         embeddings = self.distance.maybe_normalize(embeddings)
         # PML's regularizers take one row per vector: (num_classes * proxies_per_class, D)
         raw_proxies = self.proxies.reshape(-1, self.embedding_size)
         proxies = self.distance.normalize(raw_proxies) if self.normalize_proxies else raw_proxies
         point_labels = torch.cat([labels, self.proxy_labels(labels.device)])
-        with torch.no_grad():
-            pairs, same = self.candidate_pairs(embeddings.detach(), proxies.detach(), point_labels)
-        # the pairs' points: all embeddings, and only the proxies in some pair
-        rows = torch.unique(pairs[pairs >= B]) - B
-        points = torch.cat([embeddings, torch.nn.functional.embedding(rows, proxies)])
-        local = torch.empty_like(point_labels)
-        local[:B] = torch.arange(B, device=local.device)
-        local[B + rows] = torch.arange(B, len(points), device=local.device)
-        pair_energies = self.pair_energies(points, local[pairs], same)
-        intra_class = self.intra_class_energies(proxies.view(self.num_classes, M, -1)).reshape(-1)
-        energies = self.plateau_energies(point_labels, embeddings.dtype)
-        energies = torch.cat(
-            [
-                energies[:B] + pair_energies[:B],
-                (energies[B:] + intra_class).index_add(0, rows, pair_energies[B:]),
-            ]
-        )
-        if self.collect_stats:
-            self.num_attraction_pairs = int(same.sum())
-            self.num_repulsion_pairs = int((~same).sum())
-            self.num_reanchored_proxies = self.neighbor_list.last_reanchored
-            self.num_searched_proxy_pairs = self.neighbor_list.last_searched
-            self.num_evaluated_proxy_pairs = self.neighbor_list.last_returned
+        if self.use_dense(len(point_labels)):
+            energies = self.dense_energies(torch.cat([embeddings, proxies]), point_labels)
+        else:
+            energies = self.sparse_energies(embeddings, proxies, point_labels)
         loss_dict = {
             "embedding_loss": {
                 "losses": energies[:B],
@@ -169,6 +175,60 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         }
         self.add_weight_regularization_to_loss_dict(loss_dict, raw_proxies)
         return loss_dict
+
+    def use_dense(self, num_points):
+        if self.dense is None:
+            return num_points**2 * self.embedding_size <= self.dense_entries
+        return self.dense
+
+    def dense_energies(self, points, point_labels):
+        """E_a = sum_{b != a} phi(d_ab, l_a = l_b) over all P x P pairs: the
+        spec's sum as written (no plateaus, no search)."""
+        sq = (points.unsqueeze(1) - points.unsqueeze(0)).pow(2).sum(dim=2)
+        same = point_labels.unsqueeze(1) == point_labels.unsqueeze(0)
+        # both potentials are clamped, so torch.where's gradient is clean (also at d = 0)
+        phi = torch.where(same, self.attraction(sq), self.repulsion(sq))
+        self_terms = torch.eye(len(points), dtype=torch.bool, device=points.device)
+        if self.collect_stats:
+            with torch.no_grad():
+                inside, outside = self.plateaus(points.dtype, points.device)
+                upper = torch.ones_like(same).triu(diagonal=1)
+                off_plateau = upper & (phi != torch.where(same, inside, outside))
+                self.num_attraction_pairs = int((off_plateau & same).sum())
+                self.num_repulsion_pairs = int((off_plateau & ~same).sum())
+                n, M = self.num_classes * self.proxies_per_class, self.proxies_per_class
+                self.num_reanchored_proxies = self.num_searched_proxy_pairs = 0
+                self.num_evaluated_proxy_pairs = n * (n - 1) // 2 - self.num_classes * M * (M - 1) // 2
+        return phi.masked_fill(self_terms, 0).sum(dim=1)
+
+    def sparse_energies(self, embeddings, proxies, point_labels):
+        """The same E_a from the plateau decomposition (see the class
+        docstring): plateau counts + intra-class proxy pairs + the candidate
+        pairs found by the search."""
+        B, M = len(embeddings), self.proxies_per_class
+        with torch.no_grad():
+            pairs, same = self.candidate_pairs(embeddings.detach(), proxies.detach(), point_labels)
+        # the pairs' points: all embeddings, and only the proxies in some pair
+        rows = torch.unique(pairs[pairs >= B]) - B
+        points = torch.cat([embeddings, torch.nn.functional.embedding(rows, proxies)])
+        local = torch.empty_like(point_labels)
+        local[:B] = torch.arange(B, device=local.device)
+        local[B + rows] = torch.arange(B, len(points), device=local.device)
+        pair_energies = self.pair_energies(points, local[pairs], same)
+        intra_class = self.intra_class_energies(proxies.view(self.num_classes, M, -1)).reshape(-1)
+        energies = self.plateau_energies(point_labels, embeddings.dtype)
+        if self.collect_stats:
+            self.num_attraction_pairs = int(same.sum())
+            self.num_repulsion_pairs = int((~same).sum())
+            self.num_reanchored_proxies = self.neighbor_list.last_reanchored
+            self.num_searched_proxy_pairs = self.neighbor_list.last_searched
+            self.num_evaluated_proxy_pairs = self.neighbor_list.last_returned
+        return torch.cat(
+            [
+                energies[:B] + pair_energies[:B],
+                (energies[B:] + intra_class).index_add(0, rows, pair_energies[B:]),
+            ]
+        )
 
     def proxy_labels(self, device):
         classes = torch.arange(self.num_classes, device=device)

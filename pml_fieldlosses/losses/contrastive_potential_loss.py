@@ -32,6 +32,7 @@ class ContrastivePotentialLoss(BasePotentialLoss):
         delta=0.2,
         repulsion_delta=None,
         normalize_proxies=True,
+        dense=None,
         **kwargs,
     ):
         super().__init__(
@@ -41,6 +42,7 @@ class ContrastivePotentialLoss(BasePotentialLoss):
             delta,
             repulsion_delta,
             normalize_proxies,
+            dense,
             **kwargs,
         )
 

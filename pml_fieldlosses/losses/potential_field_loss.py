@@ -32,6 +32,9 @@ class PotentialFieldLoss(BasePotentialLoss):
     Defaults: proxies_per_class=2 (paper: 2 for SOP, 15 for CUB-200 and
     Cars-196), delta=0.2 (paper's CV range [0.1, 0.3]), alpha=4 (paper's best
     range [3, 6]).
+    ``dense``: None (default) sums all (B + N M)^2 pairs directly for small
+    point sets and uses the scalable path otherwise (BasePotentialLoss);
+    True or False forces one of them. Both give the same values.
     """
 
     distance_floor = 1e-3
@@ -45,6 +48,7 @@ class PotentialFieldLoss(BasePotentialLoss):
         alpha=4.0,
         repulsion_delta=None,
         normalize_proxies=True,
+        dense=None,
         **kwargs,
     ):
         checks.check_non_negative("alpha", alpha)
@@ -55,6 +59,7 @@ class PotentialFieldLoss(BasePotentialLoss):
             delta,
             repulsion_delta,
             normalize_proxies,
+            dense,
             **kwargs,
         )
         if not self.repulsion_delta > self.distance_floor:
