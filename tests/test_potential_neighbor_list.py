@@ -1,7 +1,8 @@
 """The proxy neighbour list: its invariants under random motion, the scalable
-losses against the dense reference at every step of training runs with moving
-proxies, forced and avoided rebuilds, and the list as a cache (in-place
-changes, dtype changes, state_dict, no-grad calls)."""
+path of the losses against their dense path (all pairs, ``dense=True``) at
+every step of training runs with moving proxies, forced and avoided rebuilds,
+the list as a cache (in-place changes, dtype changes, state_dict, no-grad
+calls), and the work per step when the proxies cluster (issue 16)."""
 
 import copy
 
@@ -12,7 +13,7 @@ from pml_fieldlosses import losses
 from pml_fieldlosses.utils.neighbor_list import NeighborList
 
 from .helpers import assert_close
-from .naive_potential import dense_energies
+from .naive_potential import check_dense_reference, dense_reference
 
 
 def true_close_pairs(points, group_size, cutoff):
@@ -55,9 +56,9 @@ def test_list_holds_every_close_pair_and_valid_clearances(dim, n, group_size, cu
     assert neighbors.num_builds == 1 and neighbors.num_partial_rebuilds > 5
 
 
-def training_run(loss_fn, steps, proxy_lr, generator, dense_kwargs, check=True):
+def training_run(loss_fn, steps, proxy_lr, generator, check=True):
     """Adam on an embedding table and on the proxies; the loss and all
-    gradients are compared with the dense reference at every step (float64)."""
+    gradients are compared with the loss's dense path at every step (float64)."""
     C, M, D = loss_fn.proxies.shape
     table = torch.nn.Parameter(torch.randn(5 * C, D, generator=generator, dtype=torch.float64))
     table_labels = torch.arange(C).repeat(5)
@@ -67,39 +68,36 @@ def training_run(loss_fn, steps, proxy_lr, generator, dense_kwargs, check=True):
     mismatches = 0
     for _ in range(steps):
         batch = torch.randperm(len(table), generator=generator)[:16]
-        x, labels = table[batch], table_labels[batch]
+        x, labels = table[batch].detach().requires_grad_(), table_labels[batch]
         loss = loss_fn(x, labels)
-        grads = torch.autograd.grad(loss, [table, loss_fn.proxies])
-        p = loss_fn.proxies.detach().clone().requires_grad_()
-        t = table.detach().clone().requires_grad_()
-        expected = dense_energies(t[batch], labels, p, **dense_kwargs).sum()
-        expected_grads = torch.autograd.grad(expected, [t, p])
+        grads = torch.autograd.grad(loss, [x, loss_fn.proxies])
         if check:
-            assert_close(loss, expected, torch.float64)
-            for grad, expected_grad in zip(grads, expected_grads):
-                assert_close(grad, expected_grad, torch.float64)
+            check_dense_reference(loss_fn, x, labels, loss, grads)
         else:
-            close = torch.isclose(loss.detach(), expected.detach(), rtol=1e-9, atol=0)
-            mismatches += int(not close)
+            expected = dense_reference(loss_fn, x, labels)[0]
+            mismatches += int(not torch.isclose(loss.detach(), expected.detach(), rtol=1e-9, atol=0))
         optimizer.zero_grad()
-        table.grad, loss_fn.proxies.grad = grads
+        table.grad = torch.zeros_like(table).index_add_(0, batch, grads[0])
+        loss_fn.proxies.grad = grads[1]
         optimizer.step()
     return mismatches
 
 
 LOSS_KWARGS = {
-    "PFML": (
-        {"delta": 0.3, "alpha": 4.0, "repulsion_delta": 0.5},
-        {"delta": 0.3, "alpha": 4.0, "repulsion_delta": 0.5},
-    ),
-    "CPML": ({"delta": 0.3, "repulsion_delta": 0.5}, {"delta": 0.3, "alpha": None, "repulsion_delta": 0.5}),
+    "PFML": {"delta": 0.3, "alpha": 4.0, "repulsion_delta": 0.5},
+    "CPML": {"delta": 0.3, "repulsion_delta": 0.5},
 }
 
 
-def make_loss(name, C=40, M=3, D=4, **extra):
-    kwargs = LOSS_KWARGS[name][0]
+def scalable_loss(name, C, M, D, **kwargs):
+    """The loss with its scalable path forced (these point sets are small
+    enough for the automatic choice to take the dense path)."""
     loss_class = losses.PotentialFieldLoss if name == "PFML" else losses.ContrastivePotentialLoss
-    loss_fn = loss_class(C, D, proxies_per_class=M, **kwargs, **extra).double()
+    return loss_class(C, D, proxies_per_class=M, dense=False, **{**LOSS_KWARGS[name], **kwargs}).double()
+
+
+def make_loss(name, C=40, M=3, D=4):
+    loss_fn = scalable_loss(name, C, M, D)
     loss_fn.neighbor_list.pair_cost = 1  # keep the list however dense (the list's own tests)
     return loss_fn
 
@@ -113,9 +111,8 @@ def test_matches_dense_reference_at_every_training_step(name, skin):
     g = torch.Generator().manual_seed(len(name) + int(skin * 100))
     loss_fn = make_loss(name)
     loss_fn.neighbor_skin = skin
-    training_run(loss_fn, 25, 0.1, g, LOSS_KWARGS[name][1])
+    training_run(loss_fn, 25, 0.1, g)
     neighbors = loss_fn.neighbor_list
-    assert neighbors.num_builds == 1
     assert neighbors.num_partial_rebuilds >= 5 and neighbors.pairs.shape[1] > 0
 
 
@@ -126,7 +123,7 @@ def test_a_stale_list_is_caught_by_the_dense_comparison(monkeypatch):
     g = torch.Generator().manual_seed(7)
     loss_fn = make_loss("PFML")
     loss_fn.neighbor_skin = 0.05
-    mismatches = training_run(loss_fn, 25, 0.1, g, LOSS_KWARGS["PFML"][1], check=False)
+    mismatches = training_run(loss_fn, 25, 0.1, g, check=False)
     assert mismatches > 0
 
 
@@ -135,9 +132,10 @@ def two_proxies(gap):
     ``gap`` apart and far from the unit sphere; repulsion_delta 0.3, skin 0.3:
     the pair is listed iff gap < 0.6."""
     loss_fn = losses.PotentialFieldLoss(
-        2, 2, proxies_per_class=1, delta=0.2, alpha=4.0, repulsion_delta=0.3, normalize_proxies=False
+        2, 2, proxies_per_class=1, delta=0.2, alpha=4.0, repulsion_delta=0.3, normalize_proxies=False, dense=False
     ).double()
     loss_fn.neighbor_list.pair_cost = 1  # keep the list of this one pair
+    loss_fn.neighbor_list.max_reanchored = 1.0  # re-anchor both rather than build
     with torch.no_grad():
         loss_fn.proxies.copy_(torch.tensor([[[5.0, 0.0]], [[5.0 + gap, 0.0]]], dtype=torch.float64))
     return loss_fn
@@ -145,10 +143,7 @@ def two_proxies(gap):
 
 def check_dense(loss_fn, x, labels):
     loss = loss_fn(x, labels)
-    expected = dense_energies(
-        x, labels, loss_fn.proxies.detach(), 0.2, 4.0, 0.3, normalize_proxies=False
-    ).sum()
-    assert_close(loss, expected, torch.float64)
+    assert_close(loss, dense_reference(loss_fn, x, labels)[0], torch.float64)
     return loss
 
 
@@ -193,8 +188,7 @@ def test_one_moving_proxy_is_searched_alone():
             loss_fn.proxies[4, 1] = torch.randn(3, generator=g, dtype=torch.float64)  # a big jump
         loss = loss_fn(x, labels)
         assert neighbors.last_reanchored == 1
-        expected = dense_energies(x, labels, loss_fn.proxies.detach(), **LOSS_KWARGS["PFML"][1]).sum()
-        assert_close(loss, expected, torch.float64)
+        assert_close(loss, dense_reference(loss_fn, x, labels)[0], torch.float64)
     assert neighbors.num_builds == 1 and neighbors.num_partial_rebuilds == 3
 
 
@@ -212,8 +206,8 @@ def test_list_is_a_cache_across_dtype_changes_state_dict_and_no_grad_calls():
     loss = loss_fn(x32, labels)
     loss.backward()
     assert neighbors.num_builds == 1 and neighbors.last_reanchored >= 1
-    expected = dense_energies(x.double(), labels, loss_fn.proxies.detach().double(), **LOSS_KWARGS["PFML"][1])
-    assert_close(loss, expected.sum(), torch.float32)
+    expected = dense_reference(copy.deepcopy(loss_fn).double(), x.double(), labels)[0]
+    assert_close(loss, expected, torch.float32)
     with torch.no_grad():
         loss_fn(x, labels)
     assert neighbors.num_builds == 1 and neighbors.reference.dtype == torch.float32
@@ -224,19 +218,21 @@ def test_list_is_a_cache_across_dtype_changes_state_dict_and_no_grad_calls():
     loss.backward()  # the list made under inference mode does not get in the way
     assert set(loss_fn.state_dict()) == {"proxies"}
 
-    # load other proxies in place: the displacements notice without a rebuild
+    # load other proxies in place: the displacements notice (every proxy moved: a build)
     other = make_loss("PFML", C=30, M=2, D=3)
     with torch.no_grad():
         other.proxies.copy_(torch.randn(30, 2, 3, generator=g, dtype=torch.float64))
     loss_fn.load_state_dict(other.state_dict())
-    expected = dense_energies(x64, labels, other.proxies.detach(), **LOSS_KWARGS["PFML"][1]).sum()
+    expected = dense_reference(other, x64, labels)[0]
     assert_close(loss_fn(x64, labels), expected, torch.float64)
-    assert neighbors.num_builds == 2 and neighbors.last_reanchored > 0
+    assert neighbors.num_builds == 3 and neighbors.last_reanchored == 60
     assert_close(copy.deepcopy(loss_fn)(x64, labels), expected, torch.float64)
+    loss_fn(x64, labels)
+    assert neighbors.num_builds == 3 and neighbors.last_reanchored == 0
     # a changed repulsion radius or skin invalidates the list
     loss_fn.neighbor_skin = 0.5
     loss_fn(x64, labels)
-    assert neighbors.num_builds == 3
+    assert neighbors.num_builds == 4
 
 
 @pytest.mark.parametrize("name", LOSS_KWARGS)
@@ -274,12 +270,12 @@ def proxy_pair_work(loss_fn):
     return loss_fn.num_searched_proxy_pairs + pair_cost * loss_fn.num_evaluated_proxy_pairs
 
 
-def contracting_run(loss_fn, steps, generator, dense_kwargs):
+def contracting_run(loss_fn, steps, generator):
     """Adam on the proxies with the loss plus a pull of the raw proxies towards
     one point, and the embeddings near that point (features that cluster):
     the proxies contract until most pairs are within the list radius
     (cutoff + skin), as in real training (issue 16). Checks loss and gradients
-    against the dense reference at every step; returns for each step the work,
+    against the loss's dense path at every step; returns for each step the work,
     the entries searched, the pairs evaluated and the pairs within the cutoff
     (which any exact method evaluates), and the fraction of proxy pairs within the radius after the last step."""
     C, M, D = loss_fn.proxies.shape
@@ -302,14 +298,7 @@ def contracting_run(loss_fn, steps, generator, dense_kwargs):
                 interacting,
             )
         )
-        p = loss_fn.proxies.detach().clone().requires_grad_()
-        xr = x.clone().requires_grad_()
-        expected = dense_energies(xr, labels, p, **dense_kwargs).sum()
-        assert_close(loss, expected, torch.float64)
-        for grad, expected_grad in zip(
-            torch.autograd.grad(loss, [xg, loss_fn.proxies]), torch.autograd.grad(expected, [xr, p])
-        ):
-            assert_close(grad, expected_grad, torch.float64)
+        check_dense_reference(loss_fn, x, labels, loss, torch.autograd.grad(loss, [xg, loss_fn.proxies]))
         optimizer.zero_grad()
         (loss_fn(x, labels) + 100 * (loss_fn.proxies - 3 * centre).pow(2).sum()).backward()
         optimizer.step()
@@ -329,9 +318,8 @@ def test_contracted_proxies_cost_at_most_about_the_dense_computation(name):
     3 n^2. Values and gradients equal the dense reference at every step."""
     g = torch.Generator().manual_seed(1)
     C, M, D = 50, 2, 8
-    loss_class = losses.PotentialFieldLoss if name == "PFML" else losses.ContrastivePotentialLoss
-    loss_fn = loss_class(C, D, proxies_per_class=M, **LOSS_KWARGS[name][0]).double()
-    steps, within_radius = contracting_run(loss_fn, 15, g, LOSS_KWARGS[name][1])
+    loss_fn = scalable_loss(name, C, M, D)
+    steps, within_radius = contracting_run(loss_fn, 15, g)
     dense = (C * M) ** 2
     max_pairs = loss_fn.neighbor_list.max_pairs(loss_fn.proxies.reshape(C * M, D))
     assert within_radius > 0.9
@@ -344,13 +332,15 @@ def test_contracted_proxies_cost_at_most_about_the_dense_computation(name):
 
 
 def test_a_kept_dense_list_exceeds_the_work_bound():
-    """The bounds above can fail: a list kept however dense (the behaviour
-    before issue 16) evaluates every listed pair from its coordinates."""
+    """The bounds above can fail: a list kept however dense, with a fixed skin
+    (the behaviour before issue 16), evaluates every listed pair from its
+    coordinates."""
     g = torch.Generator().manual_seed(1)
     loss_fn = make_loss("PFML", C=50, M=2, D=8)  # pair_cost 1: the list is always kept
-    steps, within_radius = contracting_run(loss_fn, 15, g, LOSS_KWARGS["PFML"][1])
+    loss_fn.neighbor_list.adaptive_skin = False  # with the largest skin's radius
+    steps, within_radius = contracting_run(loss_fn, 15, g)
     max_pairs = NeighborList().max_pairs(loss_fn.proxies.reshape(100, 8))
-    assert within_radius > 0.9
+    assert within_radius > 0.85
     assert max(work for work, *_ in steps) > 3 * 100**2
     assert any(evaluated > max(max_pairs, interacting) for _, _, evaluated, interacting in steps)
 
@@ -362,7 +352,7 @@ def test_switches_between_list_and_dense_builds_stay_exact():
     steps right after each switch."""
     g = torch.Generator().manual_seed(23)
     C, M, D = 40, 2, 16
-    loss_fn = losses.PotentialFieldLoss(C, D, proxies_per_class=M, **LOSS_KWARGS["PFML"][0]).double()
+    loss_fn = scalable_loss("PFML", C, M, D)
     neighbors = loss_fn.neighbor_list
     x = torch.randn(10, D, generator=g, dtype=torch.float64)
     labels = torch.randint(0, C, (10,), generator=g)
@@ -376,14 +366,78 @@ def test_switches_between_list_and_dense_builds_stay_exact():
                 loss_fn.proxies.copy_(phase + 0.003 * step * torch.randn(C, M, D, generator=g, dtype=torch.float64))
             xg = x.clone().requires_grad_()
             loss = loss_fn(xg, labels)
-            p = loss_fn.proxies.detach().clone().requires_grad_()
-            xr = x.clone().requires_grad_()
-            expected = dense_energies(xr, labels, p, **LOSS_KWARGS["PFML"][1]).sum()
-            assert_close(loss, expected, torch.float64)
-            for grad, expected_grad in zip(
-                torch.autograd.grad(loss, [xg, loss_fn.proxies]), torch.autograd.grad(expected, [xr, p])
-            ):
-                assert_close(grad, expected_grad, torch.float64)
+            check_dense_reference(loss_fn, x, labels, loss, torch.autograd.grad(loss, [xg, loss_fn.proxies]))
             kept.append(neighbors.pairs is not None)
     assert kept[:4] == [True] * 4 and kept[4:8] == [False] * 4 and kept[8:] == [True] * 4
-    assert neighbors.num_dense_builds == 4 and neighbors.num_builds == 6
+    # one build drops the list, dense steps follow, one of them sees it sparse again and builds
+    assert neighbors.num_dense_builds == 1 and neighbors.num_dense_steps == 4 and neighbors.num_builds == 3
+
+
+def shell(n, dim, median, generator):
+    """n unit vectors around one direction, at pairwise distances concentrated
+    around ``median`` (a cap of the sphere in ``dim`` dimensions)."""
+    sigma = (median**2 / (2 * (dim - 1) - (dim - 1) * median**2)) ** 0.5
+    noise = sigma * torch.randn(n, dim, generator=generator, dtype=torch.float64)
+    noise[:, 0] = 1.0
+    return torch.nn.functional.normalize(noise, dim=1)
+
+
+@pytest.mark.parametrize("name", LOSS_KWARGS)
+def test_contracted_proxies_without_close_pairs_keep_a_sparse_list(name):
+    """Issue 16's measured case: trained proxies at a median pairwise distance
+    of ~0.6, none within the repulsion radius, moving a little per step. The
+    largest skin's radius covers every pair, so a fixed skin would search all
+    of them every step; the adaptive skin shrinks with the observed
+    displacements and keeps a sparse list: after the first steps, a step
+    searches far fewer entries than the dense computation's n^2 and evaluates
+    at most a sparse list's pairs. Exact against the dense path at every step."""
+    g = torch.Generator().manual_seed(5)
+    C, M, D = 60, 2, 128
+    loss_fn = scalable_loss(name, C, M, D, delta=0.3, repulsion_delta=0.4)
+    loss_fn.collect_stats = True
+    n = C * M
+    points = shell(n, D, 0.6, g)
+    distances = torch.pdist(points)
+    assert 0.55 < distances.median() < 0.65 and distances.min() > 0.4
+    assert (distances < 0.4 * (1 + loss_fn.neighbor_skin)).all()  # all within the largest radius
+    x = shell(12, D, 0.6, g)
+    labels = torch.randint(0, C, (12,), generator=g)
+    neighbors = loss_fn.neighbor_list
+    searched, evaluated = [], []
+    for _ in range(12):
+        with torch.no_grad():
+            loss_fn.proxies.copy_(points.view(C, M, D))
+        xg = x.clone().requires_grad_()
+        loss = loss_fn(xg, labels)
+        check_dense_reference(loss_fn, x, labels, loss, torch.autograd.grad(loss, [xg, loss_fn.proxies]))
+        searched.append(loss_fn.num_searched_proxy_pairs)
+        evaluated.append(loss_fn.num_evaluated_proxy_pairs)
+        step = torch.randn(n, D, generator=g, dtype=torch.float64)
+        points = torch.nn.functional.normalize(points + 0.002 * step / step.norm(dim=1, keepdim=True), dim=1)
+    max_pairs = neighbors.max_pairs(points)
+    assert all(s <= 3 * n**2 for s in searched) and all(e <= max_pairs for e in evaluated)
+    assert neighbors.pairs is not None and neighbors.skin < loss_fn.neighbor_skin * 0.4
+    assert sum(searched[3:]) < n**2, searched  # the last 9 steps together: less than one dense search
+
+
+def test_a_fixed_skin_searches_every_pair_every_step_there():
+    """The check above can fail: without the adaptive skin, the same run
+    searches all pairs at every step."""
+    g = torch.Generator().manual_seed(5)
+    C, M, D = 60, 2, 128
+    loss_fn = scalable_loss("PFML", C, M, D, delta=0.3, repulsion_delta=0.4)
+    loss_fn.neighbor_list.adaptive_skin = False
+    loss_fn.collect_stats = True
+    n = C * M
+    points = shell(n, D, 0.6, g)
+    x, labels = shell(12, D, 0.6, g), torch.randint(0, C, (12,), generator=g)
+    searched = []
+    for _ in range(6):
+        with torch.no_grad():
+            loss_fn.proxies.copy_(points.view(C, M, D))
+        loss_fn(x, labels)
+        searched.append(loss_fn.num_searched_proxy_pairs)
+        step = torch.randn(n, D, generator=g, dtype=torch.float64)
+        points = torch.nn.functional.normalize(points + 0.002 * step / step.norm(dim=1, keepdim=True), dim=1)
+    assert loss_fn.neighbor_list.pairs is None
+    assert sum(searched[3:]) >= n**2

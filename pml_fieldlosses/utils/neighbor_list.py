@@ -55,11 +55,30 @@ class NeighborList:
     current positions (read off the same matrix products), so an update costs
     at most about two or three dense searches' entries, and pair_cost per
     returned pair: the list when it is sparse, the pairs within the cutoff
-    after a build. Without a kept list every update is a build,
-    which keeps the list again as soon as the points have spread out.
+    after a build. An update that would re-anchor more than half of the
+    points (``max_reanchored``) builds instead: one search of every pair,
+    which also chooses the skin again.
+
+    Dense mode. Without a kept list, an update is a *dense step*: one blocked
+    search of the current positions that returns the pairs within the cutoff
+    and only counts the pairs within the radius (no list, no clearances:
+    n (n - 1) / 2 entries and pair_cost per pair within the cutoff, the
+    dense computation's cost). Once that count shows the list would be
+    sparse again, the next update builds and keeps it.
+
+    Adaptive skin. ``skin`` is the largest skin; each build chooses
+    ``2 * target_steps * speed`` within [skin / 16, skin], speed being the
+    90th percentile of the points' displacements since the previous update:
+    points that move little get a small radius, so the list stays sparse
+    while they cluster, and a point moving at that speed is re-anchored about
+    every ``target_steps`` updates. The skin changes only how much work is
+    done, never the result (the clearances and displacements prove every
+    unlisted pair out of the cutoff whatever the skin).
+
     ``last_searched`` (matrix-product entries) and ``last_returned`` (pairs)
     count the work of the last update. The first call, or any change of the
-    number of points, group size, dtype, device, cutoff or skin, builds.
+    number of points, group size, dtype, device, cutoff or largest skin,
+    builds.
 
     The list is a cache: displacements are measured against the stored
     references on every call, so in-place changes of the points between calls
@@ -67,12 +86,19 @@ class NeighborList:
     learnable state and is part of no ``state_dict``.
     """
 
-    def __init__(self, chunk_entries=2**22, pair_cost=None):
+    # the adaptive skin lets a point at the typical speed go about this many updates
+    target_steps = 8
+    # an update that would re-anchor more than this fraction of the points builds instead
+    max_reanchored = 0.5
+
+    def __init__(self, chunk_entries=2**22, pair_cost=None, adaptive_skin=True):
         self.chunk_entries = chunk_entries
         self.pair_cost = pair_cost  # None: default_pair_cost(dimension)
+        self.adaptive_skin = adaptive_skin
         self.reset()
         self.num_builds = 0  # full searches
         self.num_dense_builds = 0  # full searches whose list was too dense to keep
+        self.num_dense_steps = 0  # updates without a kept list: one search at the cutoff
         self.num_partial_rebuilds = 0  # searches for a subset of re-anchored points
         self.num_reanchored = 0  # points re-anchored by partial rebuilds, in total
         self.last_reanchored = 0  # points searched by the last update (all of them on a build)
@@ -87,8 +113,8 @@ class NeighborList:
         return 8 + dim / 8
 
     def reset(self):
-        self.reference = self.pairs = self.clearance = None
-        self.group_size = self.cutoff = self.skin = None
+        self.reference = self.pairs = self.clearance = self.previous = self.speed = None
+        self.group_size = self.cutoff = self.max_skin = self.skin = None
 
     def update(self, points, group_size, cutoff, skin):
         """Returns a (2, K) int64 tensor of pairs (i < j) of points of different
@@ -98,11 +124,27 @@ class NeighborList:
             points = points.detach()
             self.last_reanchored = self.last_searched = 0
             if self._stale(points, group_size, cutoff, skin):
+                self.previous = self.speed = None
                 pairs = self._build(points, group_size, cutoff, skin)
             else:
-                pairs = self._follow(points, cutoff)
+                self._measure_speed(points)
+                if self.pairs is None:
+                    pairs = self._dense_step(points)
+                else:
+                    pairs = self._follow(points, cutoff)
+            self.previous = points.clone()
             self.last_returned = pairs.shape[1]
             return pairs
+
+    def _measure_speed(self, points):
+        """The 90th percentile of the displacements since the previous update."""
+        step = torch.linalg.vector_norm(points - self.previous, dim=1)
+        self.speed = step.kthvalue(max(1, (9 * len(step) + 9) // 10)).values.item()
+
+    def choose_skin(self):
+        if not self.adaptive_skin or self.speed is None:
+            return self.max_skin
+        return min(self.max_skin, max(self.max_skin / 16, 2 * self.target_steps * self.speed))
 
     def _follow(self, points, cutoff):
         displacements = torch.linalg.vector_norm(points - self.reference, dim=1)
@@ -111,20 +153,21 @@ class NeighborList:
             moved = displacements * (1 + 1e-4) > (self.clearance - cutoff) / 2
             if not moved.any():
                 return self.pairs
+            if self.last_reanchored + moved.sum().item() > self.max_reanchored * len(points):
+                return self._build(points, self.group_size, cutoff, self.max_skin)
             self._reanchor(points, moved)
             if self.pairs.shape[1] > self.max_pairs(points):
-                return self._build(points, self.group_size, cutoff, self.skin)
+                return self._build(points, self.group_size, cutoff, self.max_skin)
             displacements = displacements.masked_fill(moved, 0.0)
 
     def _stale(self, points, group_size, cutoff, skin):
         ref = self.reference
         return (
             ref is None
-            or self.pairs is None
             or ref.shape != points.shape
             or ref.dtype != points.dtype
             or ref.device != points.device
-            or (self.group_size, self.cutoff, self.skin) != (group_size, cutoff, skin)
+            or (self.group_size, self.cutoff, self.max_skin) != (group_size, cutoff, skin)
         )
 
     def max_pairs(self, points):
@@ -135,7 +178,8 @@ class NeighborList:
 
     def _build(self, points, group_size, cutoff, skin):
         self.reference = points.clone()
-        self.group_size, self.cutoff, self.skin = group_size, cutoff, skin
+        self.group_size, self.cutoff, self.max_skin = group_size, cutoff, skin
+        self.skin = self.choose_skin()
         self.clearance = torch.full((len(points),), float("inf"), dtype=points.dtype, device=points.device)
         everyone = torch.arange(len(points), device=points.device)
         self.pairs, close = self._search(everyone, everyone.new_empty(0), self.max_pairs(points))
@@ -143,6 +187,38 @@ class NeighborList:
         self.num_dense_builds += self.pairs is None
         self.last_reanchored = len(points)
         return close
+
+    def _dense_step(self, points):
+        """The pairs within the cutoff of the current positions, in blocks;
+        builds (and keeps the list) instead once the pairs within the radius
+        of the skin now chosen fit in a kept list."""
+        n, groups = len(points), torch.arange(len(points), device=points.device) // self.group_size
+        slack = squared_distance_slack(points)
+        close_threshold = self.cutoff**2 + slack
+        radius_threshold = (self.cutoff + self.choose_skin()) ** 2 + slack
+        left, right = self._augmented(points)
+        step = max(1, self.chunk_entries // max(1, n))
+        close, within_radius = [], 0
+        for start in range(0, n, step):
+            sq = left[start : start + step] @ right[start:].T
+            self.last_searched += sq.numel()
+            # the upper triangle: row start + r against column start + c with c > r
+            upper = torch.ones_like(sq, dtype=torch.bool).triu(diagonal=1)
+            within_radius += ((sq < radius_threshold) & upper).sum().item()
+            row, col = ((sq < close_threshold) & upper).nonzero().unbind(1)
+            keep = groups[row + start] != groups[col + start]
+            close.append(torch.stack([row[keep], col[keep]]) + start)
+        self.num_dense_steps += 1
+        if within_radius <= self.max_pairs(points):
+            return self._build(points, self.group_size, self.cutoff, self.max_skin)
+        return torch.cat(close, dim=1)
+
+    @staticmethod
+    def _augmented(points):
+        """||a - b||^2 = [a, |a|^2, 1] . [-2b, 1, |b|^2]: one matrix product per block."""
+        sq_norms = torch.linalg.vector_norm(points, dim=1, keepdim=True).square()
+        ones = torch.ones_like(sq_norms)
+        return torch.cat([points, sq_norms, ones], dim=1), torch.cat([-2 * points, ones, sq_norms], dim=1)
 
     def _reanchor(self, points, moved):
         anchored = moved.nonzero().squeeze(1)
@@ -169,11 +245,7 @@ class NeighborList:
         slack = squared_distance_slack(ref)
         threshold = (self.cutoff + self.skin) ** 2 + slack
         close_threshold = self.cutoff**2 + slack
-        # ||a - b||^2 = [a, |a|^2, 1] . [-2b, 1, |b|^2]: one matrix product per block
-        sq_norms = torch.linalg.vector_norm(ref, dim=1, keepdim=True).square()
-        ones = torch.ones_like(sq_norms)
-        left = torch.cat([ref, sq_norms, ones], dim=1)
-        right = torch.cat([-2 * ref, ones, sq_norms], dim=1)
+        left, right = self._augmented(ref)
         # the other members of each row's group, as positions in the order
         offsets = torch.arange(self.group_size, device=order.device)
         siblings = position[(groups * self.group_size).unsqueeze(1) + offsets]
