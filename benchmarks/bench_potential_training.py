@@ -20,9 +20,13 @@ embedding (the mean of the class's features through the trunk) until the
 median pairwise proxy distance reaches 1.0 and then 0.61. Each stage then
 times a window of ordinary training steps. Printed per stage: the mean time
 of forward + backward of the loss (neighbour list maintenance included) and
-its ratio to ProxyAnchorLoss, the steps that built the list from scratch and
-kept it, the median pairwise distance of the normalised proxies (sampled),
-and the process's peak memory (resident set).
+its ratio to ProxyAnchorLoss, how the proxy pairs were found at those steps
+(``list``: a kept Verlet list was followed; ``dense``: a dense blocked search
+at the cutoff, the list being too dense to keep; ``build``: a search of all
+pairs that (re)built the list), the skin of the last build, the median
+pairwise distance of the normalised proxies (sampled), and the process's
+peak memory (resident set; every scale of one invocation runs in the same
+process, so it is the peak so far).
 """
 
 import argparse
@@ -83,8 +87,7 @@ def run_scale(args, C, g):
             opt=torch.optim.Adam(model.parameters(), lr=args.trunk_lr),
             loss_opt=torch.optim.Adam(loss_fn.parameters(), lr=args.trunk_lr * args.proxy_lr_factor),
             times=[],
-            builds=[],
-            kept=[],
+            modes=[],
             median=[median_proxy_distance(loss_fn, g)] if name != "ProxyAnchor" else [],
         )
     W = args.window
@@ -111,8 +114,10 @@ def run_scale(args, C, g):
             run["loss_opt"].step()
             nl = getattr(run["loss_fn"], "neighbor_list", None)
             if nl is not None:
-                run["builds"].append(nl.last_reanchored == len(nl.reference))
-                run["kept"].append(nl.pairs is not None)
+                if nl.last_reanchored == len(nl.reference):
+                    run["modes"].append("build")
+                else:
+                    run["modes"].append("list" if nl.pairs is not None else "dense")
     # the first step of each stage (a full build after the contraction) counts too
     stages = {"start": slice(1, W), "middle": slice(W, 2 * W), "end": slice(2 * W, 3 * W)}
     reference = {stage: statistics.mean(runs["ProxyAnchor"]["times"][s]) for stage, s in stages.items()}
@@ -121,16 +126,17 @@ def run_scale(args, C, g):
         for stage, s in stages.items():
             seconds = statistics.mean(run["times"][s])
             cell = f"{stage} {seconds * 1e3:6.0f} ms x{seconds / reference[stage]:5.2f}"
-            if run["builds"]:
-                n = len(run["builds"][s])
-                cell += f" (built {sum(run['builds'][s])}/{n}, kept {sum(run['kept'][s])}/{n})"
+            if run["modes"]:
+                modes = run["modes"][s]
+                cell += " (" + ", ".join(f"{m} {modes.count(m)}" for m in ["list", "dense", "build"] if m in modes) + ")"
             cells.append(cell)
         print(f"N={C:<6} {name:<12} " + " | ".join(cells), flush=True)
     for name in args.losses:
+        nl = runs[name]["loss_fn"].neighbor_list
         print(
             f"N={C:<6} {name:<12} median proxy distance at the stages "
-            f"{', '.join(f'{m:.2f}' for m in runs[name]['median'])}; "
-            f"peak memory so far {peak_memory_gb():.2f} GB",
+            f"{', '.join(f'{m:.2f}' for m in runs[name]['median'])}; last skin {nl.skin:.3f} "
+            f"(largest {nl.max_skin:.3f}); peak memory so far {peak_memory_gb():.2f} GB",
             flush=True,
         )
 
@@ -143,18 +149,30 @@ def main():
     parser.add_argument("--input-size", type=int, default=256)
     parser.add_argument("--delta", type=float, default=0.4, help="the bench's PFML/CPML delta")
     parser.add_argument("--window", type=int, default=5, help="training steps per stage")
+    parser.add_argument(
+        "--sop-window", type=int, default=None, help="training steps per stage at N >= 10000 (default: --window)"
+    )
     parser.add_argument("--trunk-lr", type=float, default=5e-4)
     parser.add_argument("--proxy-lr-factor", type=float, default=100.0)
     parser.add_argument("--losses", nargs="+", default=["PFML", "CPML"], choices=["PFML", "CPML"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's; 1 on a shared, busy machine)"
+    )
     args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     print(
         f"B={args.batch_size} D={args.embedding_size} M=2 delta={args.delta} "
         f"steps per stage={args.window} threads={torch.get_num_threads()}",
         flush=True,
     )
     for C in args.num_classes:
-        run_scale(args, C, torch.Generator().manual_seed(args.seed))
+        scale_args = copy.copy(args)
+        if C >= 10000 and args.sop_window is not None:
+            scale_args.window = args.sop_window
+            print(f"N={C}: {args.sop_window} training steps per stage (--sop-window)", flush=True)
+        run_scale(scale_args, C, torch.Generator().manual_seed(args.seed))
 
 
 if __name__ == "__main__":
