@@ -1,4 +1,5 @@
-"""Independent jobs (bench runs, optimisation trials) as Ray tasks, on one machine or a cluster.
+"""Independent jobs (bench runs, optimisation trials) as Ray tasks or on warm Ray actors,
+on one machine or a cluster.
 
 Ray does the scheduling, the placement on GPUs and the retries; this module only says what
 a job needs and hands its results back in the order they finish:
@@ -12,6 +13,12 @@ A worker that dies in the middle of a job (killed, out of memory, node lost) is 
 failure: Ray runs the job again, up to ``max_retries`` times, in the same folder, so the
 job must resume from what it left there (bench runs and pb experiments do). An exception
 raised by the job itself is not retried: it reaches the driver with the job named.
+
+A task starts in a fresh worker process each time it is retried and imports what it needs
+on every start. Where jobs are short beside that start-up (the trials of a sweep: torch,
+pb and ax imported, the runner built, the dataset loaded), ``Workers`` keeps one long-lived
+actor per slot that loads all that once and runs the jobs one after another; a killed
+actor is restarted by Ray and the job it was running is run again there, as for a task.
 """
 
 import os
@@ -50,6 +57,15 @@ def resources(device, num_cpus=None, num_gpus=None):
     return {"num_cpus": 1 if num_cpus is None else num_cpus}
 
 
+def slot_cpus(ray, slots):
+    """CPUs for each of ``slots`` jobs running side by side: the cluster's CPUs shared out
+    (a fraction when there are more slots than CPUs), at most one node's."""
+    nodes = [node["Resources"].get("CPU", 0) for node in ray.nodes() if node["Alive"]]
+    if not nodes or max(nodes) <= 0:
+        raise RuntimeError("the Ray cluster has no CPUs")
+    return min(max(nodes), sum(nodes) / slots)
+
+
 def _read_token(path):
     try:
         with open(path) as f:
@@ -58,14 +74,41 @@ def _read_token(path):
         return None
 
 
-def check_shared_folder(ray, folder):
-    """Refuse, naming the nodes, a results folder that some node of the cluster cannot read:
-    the jobs write their results there and the driver reads them back."""
+def write_token(folder):
+    """A new token file in the results folder: ``(path, token)``, for ``check_token`` on the
+    nodes (the caller removes the file)."""
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(os.path.abspath(folder), f".ray-visibility-{uuid.uuid4().hex}")
     token = uuid.uuid4().hex
     with open(path, "w") as f:
         f.write(token)
+    return path, token
+
+
+def not_shared(folder, nodes):
+    return (
+        f"the results folder {folder} is not visible from Ray node(s) {', '.join(nodes)}: "
+        "put it on storage every node mounts at the same path (NFS, a shared volume)"
+    )
+
+
+class FolderNotShared(RuntimeError):
+    pass
+
+
+def check_token(path, token):
+    """In a job or an actor: refuse, naming this node, a results folder it does not see (the
+    token file ``write_token`` made on the driver is missing or different here)."""
+    if _read_token(path) != token:
+        import ray
+
+        raise FolderNotShared(not_shared(os.path.dirname(path), [ray.util.get_node_ip_address()]))
+
+
+def check_shared_folder(ray, folder):
+    """Refuse, naming the nodes, a results folder that some node of the cluster cannot read:
+    the jobs write their results there and the driver reads them back."""
+    path, token = write_token(folder)
     try:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -79,10 +122,7 @@ def check_shared_folder(ray, folder):
         os.remove(path)
     blind = [node["NodeManagerAddress"] for node, value in zip(nodes, seen) if value != token]
     if blind:
-        raise SystemExit(
-            f"the results folder {os.path.abspath(folder)} is not visible from Ray node(s) {', '.join(blind)}: "
-            "put it on storage every node mounts at the same path (NFS, a shared volume)"
-        )
+        raise SystemExit(not_shared(os.path.abspath(folder), blind))
 
 
 class JobFailed(RuntimeError):
@@ -145,3 +185,64 @@ def as_completed(ray, function, jobs, options, max_in_flight=None, max_retries=3
             yield tasks.next_done(poll)
     finally:
         tasks.cancel()
+
+
+class Workers:
+    """``count`` long-lived Ray actors of ``actor_class`` (built with ``args``; Ray resource
+    ``options`` each), which keep what they loaded (imports, data, a built runner) between
+    the jobs they run one at a time: ``submit(method, job)`` calls ``actor.method(job)`` on
+    an idle actor, ``next_done`` waits for any call to finish and makes its actor idle again.
+
+    An actor killed in the middle of a job is restarted by Ray (its ``__init__`` runs again)
+    and the call is run again there, up to ``max_retries`` times, as for a task: the job must
+    resume from what it left in its folder. An actor whose ``__init__`` raises is not
+    restarted: the job sent to it fails with that error. The actors are created at once, so
+    they load while the driver prepares the first jobs; ``close`` ends them."""
+
+    def __init__(self, ray, actor_class, args, count, options, max_retries=3):
+        self.ray, self.max_retries = ray, max_retries
+        remote = ray.remote(actor_class).options(max_restarts=-1, max_task_retries=max_retries, **options)
+        self.actors = [remote.remote(*args) for _ in range(count)]
+        self.idle = list(self.actors)
+        self.running = {}
+
+    def __len__(self):
+        return len(self.running)
+
+    @property
+    def free(self):
+        return len(self.idle)
+
+    def submit(self, method, job):
+        if not self.idle:
+            raise RuntimeError(f"no idle worker for {method}({job!r}): {len(self.running)} jobs running")
+        actor = self.idle.pop(0)
+        self.running[getattr(actor, method).remote(job)] = (job, actor)
+
+    def next_done(self, poll=None):
+        """(job, result) of the first call to finish, as ``Tasks.next_done``."""
+        ray = self.ray
+        while True:
+            finished, _ = ray.wait(list(self.running), num_returns=1, timeout=1.0)
+            if poll is not None:
+                poll()
+            if finished:
+                break
+        job, actor = self.running.pop(finished[0])
+        self.idle.append(actor)
+        try:
+            return job, ray.get(finished[0])
+        except ray.exceptions.RayTaskError as error:
+            raise JobFailed(f"job {job!r} failed: {error.cause!r}") from error.cause
+        except ray.exceptions.RayActorError as error:
+            if error.actor_init_failed:  # __init__ raised: Ray does not restart such an actor
+                raise JobFailed(f"job {job!r} not run: its worker could not start: {error}") from error
+            raise JobFailed(f"job {job!r} was lost after {self.max_retries} retries: {error}") from error
+        except ray.exceptions.RayError as error:
+            raise JobFailed(f"job {job!r} was lost after {self.max_retries} retries: {error}") from error
+
+    def close(self):
+        for actor in self.actors:
+            self.ray.kill(actor, no_restart=True)
+        self.actors, self.idle = [], []
+        self.running.clear()

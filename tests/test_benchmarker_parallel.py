@@ -42,7 +42,8 @@ METRIC = "mean_average_precision_at_r"
 
 
 def ray_trial_workers():
-    listed = subprocess.run(["pgrep", "-f", "ray::run_trial"], capture_output=True, text=True).stdout
+    """The Ray actors that run the trials (parallel.TrialWorker: one per slot)."""
+    listed = subprocess.run(["pgrep", "-f", "ray::TrialWorker"], capture_output=True, text=True).stdout
     return [int(pid) for pid in listed.split()]
 
 

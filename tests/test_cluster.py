@@ -1,5 +1,6 @@
 """pml_fieldlosses.cluster on a local Ray instance: results, retries after a killed worker,
-job errors, the shared-folder check."""
+job errors, the shared-folder check; warm actors (Workers) that keep their state between
+jobs, are restarted when killed and run the interrupted job again, once."""
 
 import os
 import signal
@@ -58,6 +59,83 @@ def test_a_job_error_names_the_job_and_is_not_retried(local_ray):
 def test_shared_folder_visible_from_every_node(local_ray, tmp_path):
     cluster.check_shared_folder(local_ray, str(tmp_path / "results"))
     assert os.listdir(tmp_path / "results") == []  # the probe file is removed
+
+
+class Counter:
+    """An actor that counts its calls (state kept between jobs) and dies once on job 1."""
+
+    def __init__(self, marker):
+        self.marker, self.calls = marker, 0
+
+    def square(self, job):
+        self.calls += 1
+        if job == 1 and self.marker is not None and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)  # the actor dies in the middle of the job
+        if job == 2 and self.marker is None:
+            raise ValueError("bad hyperparameters")
+        return job * job, self.calls, os.getpid()
+
+
+def run_all(workers, jobs):
+    waiting, results = list(reversed(jobs)), []
+    try:
+        while waiting or len(workers):
+            while waiting and workers.free:
+                workers.submit("square", waiting.pop())
+            results.append(workers.next_done())
+    finally:
+        workers.close()
+    return results
+
+
+def test_warm_workers_keep_their_state_between_jobs(local_ray):
+    workers = cluster.Workers(local_ray, Counter, ("unused",), 1, cluster.resources("cpu", num_cpus=0.5))
+    results = run_all(workers, [0, 2, 3, 4])
+    assert [job for job, _ in results] == [0, 2, 3, 4]
+    assert [result[:2] for _, result in results] == [(0, 1), (4, 2), (9, 3), (16, 4)]  # one actor, its count kept
+    assert len({pid for _, (_, _, pid) in results}) == 1
+
+
+def test_a_killed_warm_worker_is_restarted_and_its_job_run_once(local_ray, tmp_path):
+    marker = str(tmp_path / "killed")
+    workers = cluster.Workers(local_ray, Counter, (marker,), 2, cluster.resources("cpu", num_cpus=0.5))
+    results = run_all(workers, list(range(6)))
+    assert os.path.exists(marker)  # an actor was killed once
+    assert sorted(job for job, _ in results) == list(range(6))  # every job once
+    assert {job: result[0] for job, result in results} == {n: n * n for n in range(6)}
+    restarted = dict(results)[1]
+    assert restarted[1] == 1  # run again on the restarted actor: its state started afresh
+
+
+def test_a_warm_worker_job_error_names_the_job(local_ray):
+    workers = cluster.Workers(local_ray, Counter, (None,), 1, cluster.resources("cpu", num_cpus=0.5))
+    with pytest.raises(cluster.JobFailed, match="job 2 failed: ValueError"):
+        run_all(workers, [1, 2, 3])
+
+
+class SeesTheFolder:
+    def __init__(self, token):
+        cluster.check_token(*token)
+
+    def square(self, job):
+        return job * job
+
+
+def test_a_worker_that_does_not_see_the_results_folder_stops_naming_its_node(local_ray, tmp_path):
+    path, token = cluster.write_token(str(tmp_path / "results"))
+    options = cluster.resources("cpu", num_cpus=0.5)
+    blind = cluster.Workers(local_ray, SeesTheFolder, ((path, "another machine's token"),), 1, options)
+    with pytest.raises(cluster.JobFailed, match=r"job 3 not run: its worker could not start(.|\n)*"
+                       r"results folder .*results is not visible from Ray node\(s\) [\d.]+: put it on"):
+        run_all(blind, [3])
+    assert run_all(cluster.Workers(local_ray, SeesTheFolder, ((path, token),), 1, options), [3]) == [(3, 9)]
+
+
+def test_slot_cpus_share_the_cluster(local_ray):
+    assert cluster.slot_cpus(local_ray, 1) == 2
+    assert cluster.slot_cpus(local_ray, 2) == 1
+    assert cluster.slot_cpus(local_ray, 4) == 0.5
 
 
 def test_resources():

@@ -71,8 +71,8 @@ def build_parser():
         "--parallel_trials",
         type=int,
         default=1,
-        help="Bayesian optimisation: trials (and reproductions) in flight at once, each a Ray task "
-        "(needs the cluster extra; see docs/cluster.md)",
+        help="Bayesian optimisation: trials (and reproductions) in flight at once, each on one of as "
+        "many warm Ray workers (needs the cluster extra; see docs/cluster.md)",
     )
     parser.add_argument(
         "--ray_address",
@@ -82,7 +82,13 @@ def build_parser():
         "a new local Ray instance with this machine's resources)",
     )
     parser.add_argument("--trial_gpus", type=float, default=None, help="GPUs per trial (default 1 if the cluster has GPUs)")
-    parser.add_argument("--trial_cpus", type=float, default=None, help="CPUs per trial (default 1)")
+    parser.add_argument(
+        "--trial_cpus",
+        type=float,
+        default=None,
+        help="CPUs per trial, also its torch threads (default: the cluster's CPUs / --parallel_trials, "
+        "at most one node's)",
+    )
     parser.add_argument(
         "--register",
         action="append",

@@ -1,23 +1,30 @@
 """Bayesian optimisation with several trials in flight: ``--parallel_trials K`` and
 ``--ray_address``.
 
-ax proposes up to K trials at once; each runs as a Ray task that rebuilds the launcher's
-runner from the same command line and runs the trial into its usual pb experiment folder
+ax proposes up to K trials at once; each runs on one of K warm Ray actors (``TrialWorker``,
+one per slot), which imported torch, pb and ax and built the launcher's runner from the same
+command line once, and keeps them, with what the process caches (the dataset's features),
+for the trials it runs one after another, each into its usual pb experiment folder
 (``<experiment_name><i>``); the driver gives each result to ax as it comes back and starts
-the next trial in the freed slot. The reproductions of the best trial run the same way.
-The driver alone talks to ax and writes the optimisation's records, so a trial is recorded
-exactly once.
+the next trial on the freed actor. The reproductions of the best trial run on the same
+actors. The driver alone talks to ax and writes the optimisation's records, so a trial is
+recorded exactly once. Each slot gets its share of the cluster's CPUs (``--trial_cpus``,
+default: the CPUs / K, at most one node's) and trains with that many torch threads.
 
-Faults: a worker that dies in the middle of a trial is a system failure for Ray, which runs
-the task again (up to 3 times); the trial then resumes its folder (its finished folds are
-kept). A driver killed and started again with the same command finds ax's saved state: the
-completed trials are kept, the trials that were running are resumed from their folders.
-The experiment folder must be on storage every Ray node sees (checked before the first
-trial). See docs/cluster.md.
+Faults: a worker that dies in the middle of a trial is restarted by Ray (its imports and
+runner build run again), which runs the trial again there (up to 3 times); the trial then
+resumes its folder (its finished folds are kept). A driver killed and started again with the
+same command finds ax's saved state: the completed trials are kept, the trials that were
+running are resumed from their folders. The experiment folder must be on storage every Ray
+node sees: each worker checks it sees it before anything else (a worker that does not stops
+the sweep, naming its node). See docs/cluster.md.
 """
 
+import contextlib
+import glob
 import logging
 import os
+import time
 
 from .. import cluster
 
@@ -25,26 +32,39 @@ logger = logging.getLogger(__name__)
 PATH_OPTIONS = ("root_experiment_folder", "dataset_root", "root_config_folder", "global_db_path", "pytorch_home")
 
 
-def worker_runner(argv):
-    """In a Ray worker: the runner the launcher builds for ``argv`` (a context manager)."""
-    from .launcher import prepared_runner
+class TrialWorker:
+    """A Ray actor: one slot of the sweep. Checks that it sees the experiment folder (the
+    driver's ``token`` file, see cluster.write_token), builds the launcher's runner for
+    ``argv`` once (torch, pb and ax imported, the configs read) with ``threads`` torch
+    threads, and runs trials and reproductions with it one after another. Each call returns
+    ``(result, seconds, startup)``: the call's duration, and on the first call after the
+    actor (re)started the seconds its start-up took (else None)."""
 
-    logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s: %(message)s", level=logging.INFO)
-    return prepared_runner(argv)
+    def __init__(self, argv, threads, token):
+        start = time.perf_counter()
+        cluster.check_token(*token)
+        logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s: %(message)s", level=logging.INFO)
+        import torch
 
+        from .launcher import prepared_runner
 
-def run_trial(job):
-    """In a Ray worker: the trial's result."""
-    argv, trial = job
-    with worker_runner(argv) as runner:
-        return runner.run_trial(trial)
+        torch.set_num_threads(threads)
+        self.context = contextlib.ExitStack()  # pb's view of the command line, for the actor's life
+        self.runner = self.context.enter_context(prepared_runner(argv))
+        self.startup = time.perf_counter() - start
 
+    def _timed(self, function, *args):
+        start = time.perf_counter()
+        result = function(*args)
+        startup, self.startup = self.startup, None
+        return result, time.perf_counter() - start, startup
 
-def reproduce(job):
-    """In a Ray worker: reproduction ``i`` of sub-experiment ``name``, and its test evaluation."""
-    argv, name, i = job
-    with worker_runner(argv) as runner:
-        runner.reproduce_one(name, i)
+    def run_trial(self, trial):
+        return self._timed(self.runner.run_trial, trial)
+
+    def reproduce(self, job):
+        name, i = job
+        return self._timed(self.runner.reproduce_one, name, i)
 
 
 class ParallelTrials:
@@ -59,40 +79,74 @@ class ParallelTrials:
             value = getattr(args, option)
             if value is not None:
                 self.argv += [f"--{option}", os.path.abspath(value)]
+        self.workers = self.token = None
 
-    def connect(self, folder):
+    def start_workers(self, folder):
+        """Ray (started or joined) and the K warm actors, created at once: they load while
+        the driver proposes the first trials, and each first checks that it sees ``folder``
+        (the token file stays there while they live, for actors that Ray restarts)."""
+        if self.workers is not None:
+            return self.workers
+        start = time.perf_counter()
         ray = cluster.connect(self.address)
-        cluster.check_shared_folder(ray, folder)
+        logger.info("Ray: connected in %.1f s", time.perf_counter() - start)
+        for stale in glob.glob(os.path.join(folder, ".ray-visibility-*")):  # left by a killed driver
+            os.remove(stale)
+        self.token = cluster.write_token(folder)
         gpus = self.gpus if self.gpus is not None else (1 if ray.cluster_resources().get("GPU", 0) else 0)
-        options = cluster.resources("cuda" if gpus else "cpu", num_cpus=self.cpus, num_gpus=gpus or None)
-        logger.info("Ray: %s per task, %d in flight", options, self.slots)
-        return ray, options
+        cpus = self.cpus if self.cpus is not None else cluster.slot_cpus(ray, self.slots)
+        options = cluster.resources("cuda" if gpus else "cpu", num_cpus=cpus, num_gpus=gpus or None)
+        threads = max(1, int(cpus))
+        logger.info("Ray: %d workers, each %s and %d torch threads", self.slots, options, threads)
+        self.workers = cluster.Workers(ray, TrialWorker, (self.argv, threads, self.token), self.slots, options)
+        return self.workers
+
+    def close(self):
+        if self.workers is not None:
+            self.workers.close()
+            self.workers = None
+        if self.token is not None:
+            os.remove(self.token[0])
+            self.token = None
+
+    def next_done(self):
+        """(job, result, seconds on its worker) of the first call to finish."""
+        job, (result, seconds, startup) = self.workers.next_done()
+        if startup is not None:
+            logger.info("Ray: a worker started in %.1f s (imports, runner build)", startup)
+        return job, result, seconds
 
     def optimise(self, runner, client, record_keeper, config_diffs):
-        ray, options = self.connect(runner.root)
-        tasks = cluster.Tasks(ray, run_trial, options)
+        workers = self.start_workers(runner.root)
         busy = set()
         try:
             while True:
-                for trial in runner.next_trials(client, self.slots - len(tasks), busy):
+                for trial in runner.next_trials(client, workers.free, busy):
                     runner.start_trial(trial, config_diffs)
-                    tasks.submit((self.argv, trial))
+                    workers.submit("run_trial", trial)
                     busy.add(trial.index)
-                if not len(tasks):
+                if not len(workers):
                     table = client.summarize()
                     done = 0 if table.empty else int((table["trial_status"] == "COMPLETED").sum())
                     if done < runner.bayes_opt_iters:
                         raise RuntimeError(f"ax proposed no new trial with none running ({done} completed)")
                     return
-                (_, trial), result = tasks.next_done()
+                trial, result, seconds = self.next_done()
                 busy.discard(trial.index)
-                logger.info("Optimization iteration %d finished", trial.index)
+                logger.info("Optimization iteration %d finished (%.1f s on its worker)", trial.index, seconds)
                 runner.record(client, record_keeper, trial, result)
-        finally:
-            tasks.cancel()
+        except BaseException:
+            self.close()
+            raise
 
     def reproduce(self, runner, name):
-        ray, options = self.connect(runner.root)
-        jobs = [(self.argv, name, i) for i in runner.reproduction_indices()]
-        for (_, _, i), _ in cluster.as_completed(ray, reproduce, jobs, options, max_in_flight=self.slots):
-            logger.info("Reproduction %d of %s finished", i, name)
+        workers = self.start_workers(runner.root)
+        waiting = [(name, i) for i in reversed(runner.reproduction_indices())]
+        try:
+            while waiting or len(workers):
+                while waiting and workers.free:
+                    workers.submit("reproduce", waiting.pop())
+                (_, i), _, seconds = self.next_done()
+                logger.info("Reproduction %d of %s finished (%.1f s on its worker)", i, name, seconds)
+        finally:
+            self.close()
