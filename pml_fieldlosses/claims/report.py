@@ -22,7 +22,8 @@ def _ci(interval):
 
 
 def _direction(comparison):
-    return {"greater": "a > b", "less": "a < b", "none": f"|a − b| < {EQUIVALENCE:g}"}[comparison.direction]
+    # no "|" (Markdown cells)
+    return {"greater": "a > b", "less": "a < b", "none": f"a ≈ b (±{EQUIVALENCE:g})"}[comparison.direction]
 
 
 def comparison_rows(evaluated):
