@@ -8,14 +8,14 @@ The same sweep (MeanFieldContrastive's search space, --trials trials of --folds 
 no reproduction) on the real 48-class emoji subset as frozen EfficientNet-Lite0 features
 (built into the bench's cache before the first timing, so no sweep pays for it), through
 ``pml-fieldlosses-pb`` in a fresh experiment folder per setting. K = 1 runs as without Ray
-(the trials one after another in the launcher's process, torch with all its threads); K > 1
+(the trials one after another in the launcher's process, torch with all its threads or --threads); K > 1
 runs the trials on K warm Ray workers, each with its share of the CPUs as torch threads.
 
 Runs each K --repeats times in alternating order (1 2 2 1 ...: a change in the load of a
 shared machine weighs on every K alike) and prints each run's wall time, the machine's load
 average before and after it, and where the time went, read from the launcher's log: the start
 before the first trial (imports, configs, ax; with Ray also Ray's start), the workers' own
-start-up (imports and runner build, overlapping the driver's first proposals), the trials'
+start-up (imports and runner build, once Ray has started their processes), the trials'
 mean duration (the first trial on each worker, which loads the data, apart from the others),
 the trial-seconds per wall-second while the trials ran (the parallelism obtained), and the end
 (best parameters, test evaluation, plots); then the speed-up of each K over K = 1 (the ratio
@@ -177,7 +177,7 @@ def main():
                   f"{p['first_trial']:9.1f} {p['trial']:6.1f} {p['concurrency']:8.2f} {p['end']:5.1f} | "
                   f"{load:4.1f} / {os.getloadavg()[0]:4.1f}", flush=True)  # fmt: skip
     print("start: launch to the first trial (with Ray: includes ray); ray: Ray's start; worker: a worker's "
-          "imports and runner build (overlaps start); 1st trial: the first trial on a worker (loads the data); "
+          "imports and runner build, after Ray's start and its worker process's (not timed); 1st trial: the first trial on a worker (loads the data); "
           "trial: mean of the others (each on its worker); trials/s: trial-seconds per wall-second while trials "
           "ran; end: best parameters, test evaluation, plots; load: the machine's 1-minute load average.")
     base = args.parallel[0]
