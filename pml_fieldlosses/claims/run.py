@@ -21,7 +21,8 @@ from .verdict import combine, paired_interval, verdict
 
 # The budgets (the whole set is 36 loss/noise settings, 108 runs with 3 seeds): the
 # bench's protocol with half its epochs and its lr steps twice as often (the same
-# schedule's shape), 3 seeds, ~15 min on 2 idle cores; --quick: the bench's --quick
+# schedule's shape), 3 seeds (measured 37-50 s a run: ~35-45 min on 2 cores, over the
+# 30-minute aim; see docs/claims.md); --quick: the bench's --quick
 # (2 seeds, 1 augmented view) with 8 epochs instead of 12 (lr step every 3, patience 3).
 FULL_BUDGET = dict(epochs=30, lr_decay_epochs=5)
 QUICK_BUDGET = dict(epochs=8, lr_decay_epochs=3, patience=3)
