@@ -27,6 +27,8 @@ class Case:
 
 
 # Hyperparameters that make every term matter at this scale (those of our exactness tests).
+# The potential losses with dense=False: at this size they would take their dense path
+# (the spec's sum as written), and the scalable one is what needs the naive reference.
 CASES = {
     "MeanFieldContrastiveLoss": Case(
         "C, D, pos_margin=0.1, neg_margin=0.9, mf_reg_weight=0.5",
@@ -44,13 +46,13 @@ CASES = {
         "(C, D)",
     ),
     "PotentialFieldLoss": Case(
-        "C, D, proxies_per_class=2, delta=0.8, alpha=2.0",
+        "C, D, proxies_per_class=2, delta=0.8, alpha=2.0, dense=False",
         "sum(naive_pfml(x, y, W, 0.8, 2.0))",
         "proxies",
         "(C, 2, D)",
     ),
     "ContrastivePotentialLoss": Case(
-        "C, D, proxies_per_class=2, delta=0.6, repulsion_delta=1.2",
+        "C, D, proxies_per_class=2, delta=0.6, repulsion_delta=1.2, dense=False",
         "sum(naive_cpml(x, y, W, 0.6, 1.2))",
         "proxies",
         "(C, 2, D)",
