@@ -425,3 +425,34 @@ def test_processes_sharing_a_cache_build_it_once_and_read_it_whole(registry, tmp
     assert all(result == loaded[0] for result in loaded)
     packs = [line for line in (folder / "calls.log").read_text().splitlines() if line.startswith("pack")]
     assert len(packs) == len(packages)  # every package fetched once, by one process
+
+
+
+def test_waiting_for_another_process_build_is_said(tmp_path, capfd):
+    """A process that finds the cache entry locked by another's build says so on stderr
+    (a build takes minutes; a silent wait looks like a hang), then gets the lock."""
+    import multiprocessing
+    import threading
+
+    from pml_fieldlosses.datasets.cache import build_lock
+
+    entry = tmp_path / "entry"
+    context = multiprocessing.get_context("fork")
+    held, release = context.Event(), context.Event()
+
+    def hold():
+        with build_lock(entry):
+            held.set()
+            release.wait(30)
+
+    holder = context.Process(target=hold)
+    holder.start()
+    assert held.wait(30)
+    threading.Timer(0.5, release.set).start()
+    with build_lock(entry):  # the holder has it: said, then waited for
+        assert not holder.is_alive() or release.is_set()
+    holder.join(30)
+    assert f"waiting for another process that is building {entry}" in capfd.readouterr().err
+    with build_lock(entry):  # free: nothing said
+        pass
+    assert "waiting" not in capfd.readouterr().err

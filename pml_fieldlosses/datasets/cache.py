@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import sys
 from pathlib import Path
 
 try:
@@ -30,12 +31,21 @@ def cache_dir(override=None):
 def build_lock(path):
     """Hold an exclusive lock on ``<path>.lock`` while a cache entry is checked and, if
     missing, built: processes that share a cache (the bench's workers, pb's Ray trials)
-    build an entry once and never read one half-written."""
+    build an entry once and never read one half-written. Waiting for another process's
+    build is said on stderr (a build can take minutes: a silent wait looks like a hang)."""
     lock_path = Path(f"{path}.lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a") as handle:
         if fcntl is not None:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(
+                    f"waiting for another process that is building {path} (lock {lock_path})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
