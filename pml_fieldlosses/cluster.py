@@ -129,6 +129,17 @@ class JobFailed(RuntimeError):
     pass
 
 
+def first_finished(ray, refs, poll=None):
+    """The first of ``refs`` (Ray object refs) to finish; ``poll()`` is called about every
+    second while none does."""
+    while True:
+        finished, _ = ray.wait(list(refs), num_returns=1, timeout=1.0)
+        if poll is not None:
+            poll()
+        if finished:
+            return finished[0]
+
+
 class Tasks:
     """Jobs in flight on Ray: ``submit`` one, ``next_done`` waits for any to finish. For a
     loop that decides what to submit from what finished (e.g. Bayesian optimisation)."""
@@ -149,15 +160,10 @@ class Tasks:
         while none does. A job's own exception is raised as JobFailed naming the job; a job
         whose worker died more than ``max_retries`` times, too."""
         ray = self.ray
-        while True:
-            finished, _ = ray.wait(list(self.running), num_returns=1, timeout=1.0)
-            if poll is not None:
-                poll()
-            if finished:
-                break
-        job = self.running.pop(finished[0])
+        finished = first_finished(ray, self.running, poll)
+        job = self.running.pop(finished)
         try:
-            return job, ray.get(finished[0])
+            return job, ray.get(finished)
         except ray.exceptions.RayTaskError as error:
             raise JobFailed(f"job {job!r} failed: {error.cause!r}") from error.cause
         except ray.exceptions.RayError as error:
@@ -222,16 +228,11 @@ class Workers:
     def next_done(self, poll=None):
         """(job, result) of the first call to finish, as ``Tasks.next_done``."""
         ray = self.ray
-        while True:
-            finished, _ = ray.wait(list(self.running), num_returns=1, timeout=1.0)
-            if poll is not None:
-                poll()
-            if finished:
-                break
-        job, actor = self.running.pop(finished[0])
+        finished = first_finished(ray, self.running, poll)
+        job, actor = self.running.pop(finished)
         self.idle.append(actor)
         try:
-            return job, ray.get(finished[0])
+            return job, ray.get(finished)
         except ray.exceptions.RayTaskError as error:
             raise JobFailed(f"job {job!r} failed: {error.cause!r}") from error.cause
         except ray.exceptions.RayActorError as error:
