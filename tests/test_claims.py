@@ -15,7 +15,7 @@ from pml_fieldlosses import catalog, cli
 from pml_fieldlosses.bench import runs
 from pml_fieldlosses.bench.result import RunResult
 from pml_fieldlosses.bench.run import proxy_distance
-from pml_fieldlosses.claims import table, verdict
+from pml_fieldlosses.claims import report, table, verdict
 from pml_fieldlosses.claims.run import evaluate, level_configs
 from pml_fieldlosses.claims.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Interval
 
@@ -173,11 +173,33 @@ def test_evaluate_pairs_seeds_and_averages_arms():
     noisy = {"A": [0.29, 0.31, 0.30], "C": [0.05, 0.07, 0.06]}
     found = dict(result(n, s, v) for n, vs in values.items() for s, v in enumerate(vs))
     found.update(result(n, s, v, 0.2) for n, vs in noisy.items() for s, v in enumerate(vs))
-    (e,) = evaluate([claim], found, 3)
+    (e,) = evaluate([claim], found, 3, max_epochs=30)
     first, second = e["parts"]
     assert first["a"] == pytest.approx([0.25, 0.27, 0.26]) and first["verdict"] == REPRODUCED
     assert second["a"] == pytest.approx([0.01] * 3) and second["b"] == pytest.approx([0.05] * 3)
     assert second["verdict"] == REPRODUCED and e["verdict"] == REPRODUCED
+    assert first["censored"] == second["censored"] == 0  # only the best epoch can be censored
+
+
+@pytest.mark.parametrize("b_epochs_run, expected", [(20, REPRODUCED), (30, INCONCLUSIVE)])
+def test_epochs_to_best_is_censored_when_a_run_used_every_epoch(b_epochs_run, expected):
+    """A run that used all its epochs (early stopping never fired) has a best epoch that is
+    only a lower bound: comparing it is inconclusive, however narrow the interval."""
+    comparison = table.Comparison(("A",), ("B",), "less", "epochs_to_best")
+    claim = table.Claim("c", "p", "s", "claim", "exp", (comparison,))
+    test = {"mean_average_precision_at_r": 0.2, "precision_at_1": 0, "r_precision": 0}
+    found = {}
+    for seed, (a_best, b_best) in enumerate([(5, 10), (6, 10), (5, 11)]):
+        found[(0.0, "A", seed)] = RunResult("A", "x", seed, test, a_best, 0.5, epochs_run=a_best + 10)
+        found[(0.0, "B", seed)] = RunResult("B", "x", seed, test, b_best, 0.5, epochs_run=b_best + 10)
+    found[(0.0, "B", 1)] = RunResult("B", "x", 1, test, 10, 0.5, epochs_run=b_epochs_run)
+    (e,) = evaluate([claim], found, 3, max_epochs=30)
+    (part,) = e["parts"]
+    assert part["interval"].high < 0  # A is faster on every seed
+    assert part["verdict"] == e["verdict"] == expected
+    assert part["censored"] == (1 if expected == INCONCLUSIVE else 0)
+    row = report.comparison_rows([e])[0]
+    assert ("censored: 1/6 runs at the epoch limit" in row[8]) == (expected == INCONCLUSIVE)
 
 
 # --- loss names with settings, the proxy distance, old results ---------------------------------

@@ -15,10 +15,15 @@ def _number(x, signed=False):
     return f"{x:+.3f}" if signed else f"{x:.3f}"
 
 
-def _ci(interval):
+def _ci(part):
+    interval = part["interval"]
     if math.isnan(interval.low):
         return "n/a (< 2 seeds)"
-    return f"[{_number(interval.low, True)}, {_number(interval.high, True)}]"
+    text = f"[{_number(interval.low, True)}, {_number(interval.high, True)}]"
+    if part["censored"]:
+        total = (len(part["comparison"].a) + len(part["comparison"].b)) * interval.n
+        text += f" censored: {part['censored']}/{total} runs at the epoch limit"
+    return text
 
 
 def _direction(comparison):
@@ -42,7 +47,7 @@ def comparison_rows(evaluated):
                     _number(sum(p["a"]) / len(p["a"])),
                     _number(sum(p["b"]) / len(p["b"])),
                     _number(interval.mean, True),
-                    _ci(interval),
+                    _ci(p),
                     p["verdict"],
                 ]
             )
@@ -106,7 +111,7 @@ def write_csv(evaluated, data, path):
         writer = csv.writer(f)
         writer.writerow(
             ["data", "claim", "a", "b", "measure", "noise", "direction", "a_mean", "b_mean"]
-            + ["difference", "ci95_low", "ci95_high", "seeds", "verdict", "claim_verdict"]
+            + ["difference", "ci95_low", "ci95_high", "seeds", "censored_runs", "verdict", "claim_verdict"]
         )
         for e in evaluated:
             for p in e["parts"]:
@@ -115,7 +120,7 @@ def write_csv(evaluated, data, path):
                     [data, e["claim"].id, " + ".join(c.a), " + ".join(c.b), c.measure, c.noise, c.direction]
                     + [f"{sum(p['a']) / len(p['a']):.5f}", f"{sum(p['b']) / len(p['b']):.5f}"]
                     + [f"{interval.mean:.5f}", f"{interval.low:.5f}", f"{interval.high:.5f}", interval.n]
-                    + [p["verdict"], e["verdict"]]
+                    + [p["censored"], p["verdict"], e["verdict"]]
                 )
 
 

@@ -17,7 +17,7 @@ from ..bench.result import add_wall_time, earlier_wall_times, write_json
 from ..bench.runs import run_all
 from . import report
 from .table import EARLY_EPOCH, get_claims, runs_needed, validate
-from .verdict import combine, paired_interval, verdict
+from .verdict import INCONCLUSIVE, combine, paired_interval, verdict
 
 # The budgets (the whole set is 36 loss/noise settings, 108 runs with 3 seeds): the
 # bench's protocol with half its epochs and its lr steps twice as often (the same
@@ -72,7 +72,7 @@ def run_claims(config, ids=None, file=None):
             jobs = [(name, seed) for seed in range(config.seeds) for name in level_config.losses]
             results = run_all(inputs, level_config, folder, file=file, jobs=jobs, backend=backend(level_config))
             runs.update({(level, r.loss, r.seed): r for r in results})
-        evaluated = evaluate(claims, runs, config.seeds)
+        evaluated = evaluate(claims, runs, config.seeds, config.epochs)
         info = {
             "data": config.data if dataset_name is None else dataset_name,
             "runs": len(runs),
@@ -118,8 +118,20 @@ def arm_values(runs, arm, measure_name, level, seeds):
     return [float(np.mean([measure(runs, name, measure_name, level, s) for name in arm])) for s in range(seeds)]
 
 
-def evaluate(claims, runs, seeds):
-    """[{"claim": Claim, "verdict": str, "parts": [{comparison, a, b, interval, verdict}]}]."""
+def censored_runs(runs, comparison, seeds, max_epochs):
+    """The runs of a comparison whose measure is only a lower bound: for the epoch of
+    the best validation MAP@R, the runs that used all ``max_epochs`` epochs (early
+    stopping never fired, so a later epoch might have been better)."""
+    if comparison.measure != "epochs_to_best":
+        return []
+    names = (*comparison.a, *comparison.b)
+    keys = [(comparison.noise, name, s) for name in names for s in range(seeds)]
+    return [key for key in keys if runs[key].epochs_run >= max_epochs]
+
+
+def evaluate(claims, runs, seeds, max_epochs):
+    """[{"claim": Claim, "verdict": str, "parts": [{comparison, a, b, interval,
+    censored, verdict}]}]. A comparison with censored runs is inconclusive."""
     evaluated = []
     for claim in claims:
         parts = []
@@ -127,13 +139,15 @@ def evaluate(claims, runs, seeds):
             a = arm_values(runs, comparison.a, comparison.measure, comparison.noise, seeds)
             b = arm_values(runs, comparison.b, comparison.measure, comparison.noise, seeds)
             interval = paired_interval(a, b)
+            censored = censored_runs(runs, comparison, seeds, max_epochs)
             parts.append(
                 {
                     "comparison": comparison,
                     "a": a,
                     "b": b,
                     "interval": interval,
-                    "verdict": verdict(interval, comparison.direction),
+                    "censored": len(censored),
+                    "verdict": INCONCLUSIVE if censored else verdict(interval, comparison.direction),
                 }
             )
         evaluated.append({"claim": claim, "parts": parts, "verdict": combine(p["verdict"] for p in parts)})
@@ -161,6 +175,7 @@ def summary(evaluated):
                     "a_per_seed": p["a"],
                     "b_per_seed": p["b"],
                     **dataclasses.asdict(p["interval"]),
+                    "censored_runs": p["censored"],
                     "verdict": p["verdict"],
                 }
                 for p in e["parts"]

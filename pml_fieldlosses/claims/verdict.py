@@ -32,8 +32,10 @@ RULE = (
     "Claimed a > b (or a < b): reproduced when the interval excludes 0 in the claimed direction, "
     "not reproduced when it excludes 0 in the other direction, inconclusive when it contains 0. "
     f"Claimed no effect: reproduced when the interval lies within ±{EQUIVALENCE:g} MAP@R, not "
-    "reproduced when it excludes 0, inconclusive otherwise. A claim with several comparisons is "
-    "reproduced when all are, not reproduced when any is, inconclusive otherwise."
+    "reproduced when it excludes 0, inconclusive otherwise. A comparison of the epoch of the best "
+    "validation MAP@R is inconclusive (censored) when a run of either arm used all its epochs: "
+    "early stopping never fired, so its best epoch is only a lower bound. A claim with several "
+    "comparisons is reproduced when all are, not reproduced when any is, inconclusive otherwise."
 )
 
 
