@@ -1,7 +1,6 @@
 """``pml-fieldlosses claims``: the verdict rule, the claims table, the loss names
 it needs, the proxy-to-data distance, and a tiny end-to-end run that resumes."""
 
-import dataclasses
 import json
 import math
 from types import SimpleNamespace

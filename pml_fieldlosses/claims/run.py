@@ -21,9 +21,10 @@ from .verdict import INCONCLUSIVE, combine, paired_interval, verdict
 
 # The budgets (the whole set is 36 loss/noise settings, 108 runs with 3 seeds): the
 # bench's protocol with half its epochs and its lr steps twice as often (the same
-# schedule's shape), 3 seeds (measured 37-50 s a run: ~35-45 min on 2 cores, over the
-# 30-minute aim; see docs/claims.md); --quick: the bench's --quick
-# (2 seeds, 1 augmented view) with 8 epochs instead of 12 (lr step every 3, patience 3).
+# schedule's shape), 3 seeds (measured on emoji, 2 CPU cores: 1 223 s, features of the
+# 4 views included; the aim is 30 minutes); --quick: the bench's --quick (2 seeds, 1
+# augmented view) with 8 epochs instead of 12, lr step every 3, patience 3 (72 runs:
+# 249 s, the aim is 5 minutes). See docs/claims.md.
 FULL_BUDGET = dict(epochs=30, lr_decay_epochs=5)
 QUICK_BUDGET = dict(epochs=8, lr_decay_epochs=3, patience=3)
 
