@@ -18,19 +18,19 @@ or any keyword the loss's constructor names. ``EXTRA_LOSSES`` are entries that
 ``pml-fieldlosses claims`` needs but the bench does not run by default.
 Learnable loss parameters (proxies, class weights W, mean fields) get their
 own optimiser over ``loss.parameters()`` (BenchConfig.loss_lr_multiplier).
+``LossEntry`` (one loss of the table) and ``linear_embedder`` live in
+``loss_entry`` and are importable from here.
 """
 
 import dataclasses
-import inspect
+import math
 import re
-from dataclasses import dataclass
-from typing import Callable, Optional
 
-import torch
 from pytorch_metric_learning import losses as pml_losses
 from pytorch_metric_learning import miners
 
 from . import losses
+from .loss_entry import LossEntry, linear_embedder  # noqa: F401 (catalog.LossEntry, catalog.linear_embedder)
 from .models import RelationalEmbedder
 
 # The candidate the validation selection chose for the default data (emoji,
@@ -51,82 +51,6 @@ SELECTED = {
     "DRML-ProxyAnchor": 0.2,
 }
 DRML_BRANCHES = 4
-
-
-def linear_embedder(in_features, embedding_size):
-    """The default embedder, ``Linear(in_features, embedding_size)``, initialised
-    like the embedding layers of the official ProxyAnchor, mean-field and DRML
-    code (kaiming-normal, mode fan_out; bias 0), i.e. at the scale of the DRML
-    head's layers: with Adam and normalised embeddings the effective step size
-    is lr / weight scale, so every embedder must start at the same scale."""
-    layer = torch.nn.Linear(in_features, embedding_size)
-    torch.nn.init.kaiming_normal_(layer.weight, mode="fan_out")
-    torch.nn.init.zeros_(layer.bias)
-    return layer
-
-
-@dataclass(frozen=True)
-class LossEntry:
-    name: str
-    origin: str  # "PML" or "ours"
-    loss_class: type
-    # the tuned hyperparameter and its candidates (the first is the published default)
-    tuned: str
-    grid: tuple
-    value: float = None
-    # () -> miner, or None
-    miner: Optional[Callable] = None
-    # whether loss_class takes (num_classes, embedding_size) (proxies, class weights, mean fields)
-    per_class: bool = True
-    # (num_classes, embedding_size, **options) -> loss, for a loss built otherwise
-    make: Optional[Callable] = None
-    # (in_features, embedding_size) -> embedder module, or None for linear_embedder
-    embedder: Optional[Callable] = None
-    # ((keyword, value), ...) set by the name, e.g. PFML[alpha=2] (get_entry)
-    options: tuple = ()
-
-    def build(self, num_classes, embedding_size, **options):
-        """The loss with the entry's value of its tuned hyperparameter and its
-        ``options`` (the arguments win)."""
-        options = {self.tuned: self.value, **dict(self.options), **options}
-        if self.make is not None:
-            return self.make(num_classes, embedding_size, **options)
-        if self.per_class:
-            return self.loss_class(num_classes, embedding_size, **options)
-        return self.loss_class(**options)
-
-    def make_embedder(self, in_features, embedding_size):
-        return (self.embedder or linear_embedder)(in_features, embedding_size)
-
-    @property
-    def default(self):
-        return self.grid[0]
-
-    @property
-    def short_name(self):
-        """The loss class's name without "Loss", e.g. PotentialField."""
-        return self.loss_class.__name__.removesuffix("Loss")
-
-    def with_value(self, value):
-        return dataclasses.replace(self, value=value)
-
-    def variant(self, value):
-        """The name of this loss with its tuned hyperparameter set, e.g. PFML[delta=0.1]."""
-        return f"{self.name}[{self.tuned}={value:g}]"
-
-    def candidates(self):
-        return [self.variant(v) for v in self.grid]
-
-    def keywords(self):
-        """The keywords a name may set: the tuned one and those the loss's
-        constructor (or ``make``) names, but not the sizes."""
-        if self.make is not None:
-            function, skip = self.make, 2  # make(C, D, ...)
-        else:
-            function, skip = self.loss_class.__init__, 3 if self.per_class else 1  # self, C, D
-        parameters = list(inspect.signature(function).parameters.values())[skip:]
-        named = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        return [self.tuned] + [k for k in named if k != self.tuned]
 
 
 def drml(base):
@@ -248,6 +172,8 @@ EXTRA_LOSSES = {
 
 _VARIANT = re.compile(r"^(?P<name>[^\[\]]+)\[(?P<settings>[^\[\]]+)\]$")
 _INTEGER = re.compile(r"^[+-]?\d+$")
+# a plain decimal or scientific notation: 2, 0.5, .5, 1e-3 (not nan, inf, 1_0 or 0x1)
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
 def default_losses():
@@ -270,7 +196,7 @@ def get_entry(name):
         return entry
     settings = {}
     for item in match["settings"].split(","):
-        key, equals, text = (part.strip() for part in item.partition("="))
+        key, _, text = (part.strip() for part in item.partition("="))
         if key not in entry.keywords():
             raise ValueError(
                 f"loss {base} takes [{entry.tuned}=VALUE] (its tuned hyperparameter) or [KEY=VALUE,...] "
@@ -278,12 +204,20 @@ def get_entry(name):
             )
         if key in settings:
             raise ValueError(f"{name!r} sets {key} twice")
-        try:
-            settings[key] = int(text) if _INTEGER.match(text) else float(text)
-        except ValueError:
-            raise ValueError(f"{name!r}: {key}={text!r} is not a number") from None
+        settings[key] = _number(name, key, text)
     value = settings.pop(entry.tuned, entry.value)
     return dataclasses.replace(entry.with_value(value), name=name, options=tuple(settings.items()))
+
+
+def _number(name, key, text):
+    """The number ``text`` of ``key`` in the loss name ``name``: an integer when
+    written as one, else a finite float; only plain decimal or scientific notation."""
+    if not _NUMBER.match(text):
+        raise ValueError(f"{name!r}: {key}={text!r} is not a number (write e.g. 2, 0.5 or 1e-3)")
+    value = int(text) if _INTEGER.match(text) else float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{name!r}: {key}={text!r} is not a finite number")
+    return value
 
 
 def published(name, **options):

@@ -163,6 +163,8 @@ def run_claims_command(args):
     ids = None
     if args.claims is not None:
         ids = [i.strip() for i in args.claims.split(",") if i.strip()]
+        if not ids:
+            raise ValueError(f"--claims {args.claims!r} names no claim; leave it out for all claims")
     run_claims(claims_config(quick=args.quick, **settings), ids)
 
 

@@ -15,7 +15,7 @@ from pml_fieldlosses.bench import runs
 from pml_fieldlosses.bench.result import RunResult
 from pml_fieldlosses.bench.run import proxy_distance
 from pml_fieldlosses.claims import report, table, verdict
-from pml_fieldlosses.claims.run import evaluate, level_configs
+from pml_fieldlosses.claims.run import evaluate, level_configs, missing_warning, report_folder
 from pml_fieldlosses.claims.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Interval
 
 from .test_bench import make_folder
@@ -201,6 +201,72 @@ def test_epochs_to_best_is_censored_when_a_run_used_every_epoch(b_epochs_run, ex
     assert ("censored: 1/6 runs at the epoch limit" in row[8]) == (expected == INCONCLUSIVE)
 
 
+def test_a_missing_value_makes_the_comparison_inconclusive_and_is_named(tmp_path):
+    """A run without a value of the measure (proxy_distance None: a result written before the
+    field or a diverged model; no validation MAP@R at EARLY_EPOCH; a nan test MAP@R) makes
+    the comparison inconclusive however clear the other seeds are, and the report names it."""
+    test = {"mean_average_precision_at_r": 0.2, "precision_at_1": 0, "r_precision": 0}
+    early = {"epoch": [1, 2, 3], "map_at_r": [0.1, 0.2, 0.3]}
+    found = {}
+    for seed in range(3):
+        for name, distance in (("PFML", 0.1), ("CPML", 0.5)):
+            found[(0.0, name, seed)] = RunResult(
+                name, "x", seed, dict(test), 5, 0.5, val_history=early, proxy_distance=distance + seed / 100
+            )
+    near = table.Comparison(("PFML",), ("CPML",), "less", "proxy_distance")
+    at_three = table.Comparison(("PFML",), ("CPML",), "greater", "val_map_early")
+    claims = [table.Claim("near", "p", "s", "claim", "exp", (near,)),
+              table.Claim("early", "p", "s", "claim", "exp", (at_three,))]
+    ((complete,), (fine,)) = (e["parts"] for e in evaluate(claims, found, 3, max_epochs=30))
+    assert complete["verdict"] == REPRODUCED and complete["missing"] == [] and fine["missing"] == []
+
+    found[(0.0, "CPML", 1)].proxy_distance = None
+    found[(0.0, "PFML", 0)].val_history = {"epoch": [1, 2], "map_at_r": [0.1, 0.2]}  # stopped before 3
+    found[(0.0, "PFML", 2)].test["mean_average_precision_at_r"] = math.nan
+    mapped = table.Comparison(("PFML",), ("CPML",), "greater")
+    claims.append(table.Claim("map", "p", "s", "claim", "exp", (mapped,)))
+    evaluated = evaluate(claims, found, 3, max_epochs=30)
+    parts = [e["parts"][0] for e in evaluated]
+    assert [p["missing"] for p in parts] == [[("CPML", 1)], [("PFML", 0)], [("PFML", 2)]]
+    assert all(p["verdict"] == e["verdict"] == INCONCLUSIVE for p, e in zip(parts, evaluated))
+    rows = report.comparison_rows(evaluated)
+    assert [row[8] for row in rows] == [f"n/a: no value for {n}" for n in ("CPML seed 1", "PFML seed 0", "PFML seed 2")]
+    report.write_csv(evaluated, "d", tmp_path / "c.csv")
+    assert "CPML seed 1" in (tmp_path / "c.csv").read_text()
+    warning = missing_warning(evaluated)
+    assert "\n" not in warning and "near proxy_distance: CPML seed 1" in warning and "map map: PFML seed 2" in warning
+    many = [(n, s) for n in ("A", "B") for s in range(3)]
+    assert report.missing_text(many) == "A seed 0, A seed 1, A seed 2 and 3 more"
+
+
+def test_report_folder_depends_on_the_claims_and_the_seeds(tmp_path):
+    from pml_fieldlosses.claims import claims_config
+
+    config = claims_config(out=str(tmp_path))
+    full = report_folder(config)
+    assert report_folder(config, table.get_claims(None)) == full and full.name.endswith("-3seeds")
+    one = report_folder(config, table.get_claims(["pfml-alpha"]))
+    two = report_folder(config, table.get_claims(["pfml-beats-cpml", "pfml-alpha"]))
+    assert len({full, one, two, report_folder(claims_config(out=str(tmp_path), seeds=2))}) == 4
+    assert one.name.startswith(full.name + "-pfml-alpha-") and "-pfml-alpha+1-" in two.name
+    assert two == report_folder(config, [table.get_claims(["pfml-beats-cpml"])[0], table.get_claims(["pfml-alpha"])[0]])
+
+
+def test_one_seed_says_no_interval_is_possible(tmp_path):
+    from pml_fieldlosses.claims import claims_config
+
+    test = {"mean_average_precision_at_r": 0.2, "precision_at_1": 0, "r_precision": 0}
+    found = {(0.0, n, 0): RunResult(n, "x", 0, test, 5, 0.5) for n in ("A", "B")}
+    claim = table.Claim("c", "p", "s", "claim", "exp", (table.Comparison(("A",), ("B",), "greater"),))
+    evaluated = evaluate([claim], found, 1, max_epochs=30)
+    assert report.comparison_rows(evaluated)[0][8] == "n/a (< 2 seeds)"
+    info = {"data": "d", "folders": {0.0: "f"}, "runs": 2, "wall_seconds": 1.0, "invocations": 1}
+    report.write_markdown(evaluated, claims_config(seeds=1), info, {}, tmp_path / "README.md")
+    text = (tmp_path / "README.md").read_text()
+    assert "With 1 seed no interval can be computed: every comparison is inconclusive." in text
+    assert "nan" not in text
+
+
 # --- loss names with settings, the proxy distance, old results ---------------------------------
 
 
@@ -216,12 +282,35 @@ def test_a_name_sets_any_constructor_keyword():
         catalog.get_entry("PFML[alpha=2,alpha=3]")
     with pytest.raises(ValueError, match="alpha='x' is not a number"):
         catalog.get_entry("PFML[alpha=x]")
+    for text in ("nan", "inf", "-inf", "1_0", "0_5", "0x1", "1e", "", "1.5.2"):  # what float() would take or not
+        with pytest.raises(ValueError, match=rf"'PFML\[alpha={text}\]': alpha='{text}' is not a number"):
+            catalog.get_entry(f"PFML[alpha={text}]")
+    with pytest.raises(ValueError, match="alpha='1e999' is not a finite number"):
+        catalog.get_entry("PFML[alpha=1e999]")
+    assert [catalog.get_entry(f"PFML[alpha={t}]").options for t in ("2", "-2", "0.5", ".5", "5.", "1e-3", "2E+1")] == [
+        (("alpha", v),) for v in (2, -2, 0.5, 0.5, 5.0, 1e-3, 20.0)
+    ]
     with pytest.raises(ValueError, match="proxies_per_class"):  # the loss's own check, by name
         catalog.get_entry("PFML[proxies_per_class=1.5]").build(10, 16)
     # the claims' extra losses are named but not run by the bench by default
     assert set(catalog.EXTRA_LOSSES) == {"Triplet", "DRML-Triplet", "DRML-CosFace"}
     assert not set(catalog.EXTRA_LOSSES) & set(catalog.default_losses())
     assert catalog.get_entry("DRML-CosFace").value == catalog.LOSSES["CosFace"].value
+
+
+def test_the_candidates_of_a_name_with_settings_are_names_get_entry_reads():
+    """select's candidates of PFML[alpha=2]: one bracket with the settings and the tuned value."""
+    entry = catalog.get_entry("PFML[alpha=2,proxies_per_class=4]")
+    names = entry.candidates()
+    assert names == [f"PFML[alpha=2,proxies_per_class=4,delta={v:g}]" for v in entry.grid]
+    for name, value in zip(names, entry.grid):
+        candidate = catalog.get_entry(name)
+        assert candidate.value == value and dict(candidate.options) == {"alpha": 2, "proxies_per_class": 4}
+        assert candidate.variant(value) == name
+    assert catalog.LOSSES["CosFace"].candidates() == ["CosFace[margin=0.35]", "CosFace[margin=0.175]", "CosFace[margin=0.7]"]
+    # a value :g would round is written in full, so that it names the same run
+    assert catalog.get_entry("PFML[alpha=0.1234567]").variant(0.3) == "PFML[alpha=0.1234567,delta=0.3]"
+    assert catalog.get_entry("PFML").variant(1 / 3) == f"PFML[delta={1 / 3!r}]"
 
 
 def test_proxy_distance_is_the_mean_distance_to_the_nearest_sample_of_the_class():
@@ -297,7 +386,32 @@ def test_claims_end_to_end_report_and_resume(folder, tmp_path, capsys, monkeypat
     assert again["claims"] == summary["claims"]
     assert len(json.loads((report / "wall_time.json").read_text())["invocations"]) == 2
 
+    # one of the two claims: its own report, the same runs, the two-claim report untouched
+    subset = argv[: argv.index("--claims") + 1] + ["pfml-beats-cpml"] + argv[argv.index("--claims") + 2 :]
+    assert cli.main(subset) == 0
+    assert "resuming: 4 of 4 runs" in capsys.readouterr().err
+    (other,) = set((tmp_path / "out").glob("claims-*")) - {report}
+    assert [c["id"] for c in json.loads((other / "summary.json").read_text())["claims"]] == ["pfml-beats-cpml"]
+    assert json.loads((report / "summary.json").read_text())["claims"] == summary["claims"]
+    assert len(json.loads((report / "wall_time.json").read_text())["invocations"]) == 2
+
 
 def test_cli_refuses_unknown_claims(tmp_path, capsys):
     assert cli.main(["claims", "--claims", "nope", "--out", str(tmp_path)]) == 2
     assert "unknown claim 'nope'" in capsys.readouterr().err
+    for empty in (",", "", " , "):
+        assert cli.main(["claims", "--claims", empty, "--out", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert "names no claim" in err and err.count("\n") == 1
+    with pytest.raises(ValueError, match="no claim ids"):
+        table.get_claims([])
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_cli_refuses_too_few_epochs_for_the_early_validation_map(tmp_path, capsys):
+    argv = ["claims", "--epochs", "2", "--out", str(tmp_path)]
+    assert cli.main(argv + ["--claims", "pfml-alpha,mf-converge-faster"]) == 2
+    err = capsys.readouterr().err
+    assert "--epochs 2 is below 3: claim mf-converge-faster" in err and err.count("\n") == 1
+    assert cli.main(argv) == 2  # all claims: mf-converge-faster among them
+    assert not list(tmp_path.iterdir())

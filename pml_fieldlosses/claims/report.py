@@ -15,9 +15,17 @@ def _number(x, signed=False):
     return f"{x:+.3f}" if signed else f"{x:.3f}"
 
 
+def missing_text(missing, at_most=3):
+    """[(loss, seed)] in words, at most ``at_most`` named: CPML seed 1, PFML seed 0 and 2 more."""
+    text = ", ".join(f"{name} seed {seed}" for name, seed in missing[:at_most])
+    return text + (f" and {len(missing) - at_most} more" if len(missing) > at_most else "")
+
+
 def _ci(part):
     interval = part["interval"]
-    if math.isnan(interval.low):
+    if part["missing"]:
+        return f"n/a: no value for {missing_text(part['missing'])}"
+    if interval.n < 2:
         return "n/a (< 2 seeds)"
     text = f"[{_number(interval.low, True)}, {_number(interval.high, True)}]"
     if part["censored"]:
@@ -111,7 +119,8 @@ def write_csv(evaluated, data, path):
         writer = csv.writer(f)
         writer.writerow(
             ["data", "claim", "a", "b", "measure", "noise", "direction", "a_mean", "b_mean"]
-            + ["difference", "ci95_low", "ci95_high", "seeds", "censored_runs", "verdict", "claim_verdict"]
+            + ["difference", "ci95_low", "ci95_high", "seeds", "censored_runs", "missing", "verdict"]
+            + ["claim_verdict"]
         )
         for e in evaluated:
             for p in e["parts"]:
@@ -120,17 +129,20 @@ def write_csv(evaluated, data, path):
                     [data, e["claim"].id, " + ".join(c.a), " + ".join(c.b), c.measure, c.noise, c.direction]
                     + [f"{sum(p['a']) / len(p['a']):.5f}", f"{sum(p['b']) / len(p['b']):.5f}"]
                     + [f"{interval.mean:.5f}", f"{interval.low:.5f}", f"{interval.high:.5f}", interval.n]
-                    + [p["censored"], p["verdict"], e["verdict"]]
+                    + [p["censored"], "; ".join(f"{name} seed {s}" for name, s in p["missing"])]
+                    + [p["verdict"], e["verdict"]]
                 )
 
 
 def write_markdown(evaluated, config, info, plots, path):
-    seeds_note = (
-        f" With {config.seeds} seeds the t-interval is wide (t(0.975, {config.seeds - 1}) = "
-        f"{_t(config.seeds):.1f}): most comparisons can only be inconclusive."
-        if config.seeds < 3
-        else ""
-    )
+    seeds_note = ""
+    if config.seeds == 1:
+        seeds_note = " With 1 seed no interval can be computed: every comparison is inconclusive."
+    elif config.seeds < 3:
+        seeds_note = (
+            f" With {config.seeds} seeds the t-interval is wide (t(0.975, {config.seeds - 1}) = "
+            f"{_t(config.seeds):.1f}): most comparisons can only be inconclusive."
+        )
     lines = [
         "# pml-fieldlosses claims",
         "",

@@ -3,6 +3,7 @@ loss, seed) once, shared between claims), train them with the bench's runs
 (resume, workers, Ray), measure, judge by the verdict rule, and report."""
 
 import dataclasses
+import hashlib
 import math
 import sys
 import time
@@ -16,7 +17,7 @@ from ..bench.protocol import BenchConfig, quick_config
 from ..bench.result import add_wall_time, earlier_wall_times, write_json
 from ..bench.runs import run_all
 from . import report
-from .table import EARLY_EPOCH, get_claims, runs_needed, validate
+from .table import CLAIMS, EARLY_EPOCH, get_claims, runs_needed, validate
 from .verdict import INCONCLUSIVE, combine, paired_interval, verdict
 
 # The budgets (the whole set is 36 loss/noise settings, 108 runs with 3 seeds): the
@@ -45,9 +46,30 @@ def level_configs(config, claims):
     }
 
 
-def report_folder(config):
-    clean = dataclasses.replace(config, label_noise=0.0, losses=config.losses[:1])
-    return Path(config.out) / f"claims-{clean.folder_name()}"
+def report_folder(config, claims=CLAIMS):
+    """The report's folder: one per data and protocol (the clean runs' folder name),
+    number of seeds and set of claims, so that a run of some claims or seeds never
+    overwrites the report (or adds to the wall time) of another. A subset of the claims
+    is named by its first id (sorted), how many more, and a hash of the sorted ids."""
+    clean = dataclasses.replace(config, label_noise=0.0)
+    name = f"claims-{clean.folder_name()}-{config.seeds}seeds"
+    ids = sorted(claim.id for claim in claims)
+    if ids != sorted(claim.id for claim in CLAIMS):
+        digest = hashlib.sha256(",".join(ids).encode()).hexdigest()[:6]
+        more = f"+{len(ids) - 1}" if len(ids) > 1 else ""
+        name += f"-{ids[0]}{more}-{digest}"
+    return Path(config.out) / name
+
+
+def check_epochs(config, claims):
+    """Refuse a budget too short for a measure the claims read (the validation MAP@R
+    after EARLY_EPOCH epochs)."""
+    early = [c.id for c in claims if any(p.measure == "val_map_early" for p in c.comparisons)]
+    if early and config.epochs < EARLY_EPOCH:
+        raise ValueError(
+            f"--epochs {config.epochs} is below {EARLY_EPOCH}: claim {', '.join(early)} reads the validation "
+            f"MAP@R after epoch {EARLY_EPOCH}; give --epochs {EARLY_EPOCH} or more, or leave that claim out"
+        )
 
 
 def run_claims(config, ids=None, file=None):
@@ -57,8 +79,9 @@ def run_claims(config, ids=None, file=None):
     start = time.perf_counter()
     claims = get_claims(ids)
     validate(claims)
+    check_epochs(config, claims)
     configs = level_configs(config, claims)
-    out_dir = report_folder(config)
+    out_dir = report_folder(config, claims)
     out_dir.mkdir(parents=True, exist_ok=True)
     earlier = earlier_wall_times(out_dir)
     print(f"pml-fieldlosses claims -> {out_dir}", file=file)
@@ -74,6 +97,9 @@ def run_claims(config, ids=None, file=None):
             results = run_all(inputs, level_config, folder, file=file, jobs=jobs, backend=backend(level_config))
             runs.update({(level, r.loss, r.seed): r for r in results})
         evaluated = evaluate(claims, runs, config.seeds, config.epochs)
+        warning = missing_warning(evaluated)
+        if warning:
+            print(warning, file=file)
         info = {
             "data": config.data if dataset_name is None else dataset_name,
             "runs": len(runs),
@@ -96,12 +122,13 @@ def run_claims(config, ids=None, file=None):
 
 def measure(runs, name, measure_name, level, seed):
     """The value of ``measure_name`` (table.MEASURES) for one run; nan when the run
-    has none (a loss without proxies, a run stopped before EARLY_EPOCH)."""
+    has none (a loss without proxies or a result written before proxy_distance, a run
+    stopped before EARLY_EPOCH, a nan test MAP@R)."""
     run = runs[(level, name, seed)]
     if measure_name == "map":
-        return run.test[PRIMARY]
+        return _test_map(run)
     if measure_name == "noise_drop":
-        return runs[(0.0, name, seed)].test[PRIMARY] - run.test[PRIMARY]
+        return _test_map(runs[(0.0, name, seed)]) - _test_map(run)
     if measure_name == "epochs_to_best":
         return float(run.best_epoch)
     if measure_name == "val_map_early":
@@ -112,6 +139,11 @@ def measure(runs, name, measure_name, level, seed):
     if measure_name == "proxy_distance":
         return math.nan if run.proxy_distance is None else run.proxy_distance
     raise ValueError(f"unknown measure {measure_name!r}")
+
+
+def _test_map(run):
+    value = (run.test or {}).get(PRIMARY)
+    return math.nan if value is None else float(value)
 
 
 def arm_values(runs, arm, measure_name, level, seeds):
@@ -130,9 +162,34 @@ def censored_runs(runs, comparison, seeds, max_epochs):
     return [key for key in keys if runs[key].epochs_run >= max_epochs]
 
 
+def missing_values(runs, comparison, seeds):
+    """[(loss, seed)] of the comparison's runs without a value of its measure (nan)."""
+    names = (*comparison.a, *comparison.b)
+    return [
+        (name, s)
+        for name in names
+        for s in range(seeds)
+        if math.isnan(measure(runs, name, comparison.measure, comparison.noise, s))
+    ]
+
+
+def missing_warning(evaluated):
+    """One line naming the comparisons with missing values, or None."""
+    cases = [
+        f"{e['claim'].id} {p['comparison'].measure}: {report.missing_text(p['missing'])}"
+        for e in evaluated
+        for p in e["parts"]
+        if p["missing"]
+    ]
+    if not cases:
+        return None
+    return "warning: no value (inconclusive) for " + "; ".join(cases)
+
+
 def evaluate(claims, runs, seeds, max_epochs):
     """[{"claim": Claim, "verdict": str, "parts": [{comparison, a, b, interval,
-    censored, verdict}]}]. A comparison with censored runs is inconclusive."""
+    censored, missing, verdict}]}]. A comparison with censored runs, or with runs
+    that have no value of its measure (``missing``: [(loss, seed)]), is inconclusive."""
     evaluated = []
     for claim in claims:
         parts = []
@@ -141,6 +198,7 @@ def evaluate(claims, runs, seeds, max_epochs):
             b = arm_values(runs, comparison.b, comparison.measure, comparison.noise, seeds)
             interval = paired_interval(a, b)
             censored = censored_runs(runs, comparison, seeds, max_epochs)
+            missing = missing_values(runs, comparison, seeds)
             parts.append(
                 {
                     "comparison": comparison,
@@ -148,7 +206,8 @@ def evaluate(claims, runs, seeds, max_epochs):
                     "b": b,
                     "interval": interval,
                     "censored": len(censored),
-                    "verdict": INCONCLUSIVE if censored else verdict(interval, comparison.direction),
+                    "missing": missing,
+                    "verdict": INCONCLUSIVE if censored or missing else verdict(interval, comparison.direction),
                 }
             )
         evaluated.append({"claim": claim, "parts": parts, "verdict": combine(p["verdict"] for p in parts)})
@@ -177,6 +236,7 @@ def summary(evaluated):
                     "b_per_seed": p["b"],
                     **dataclasses.asdict(p["interval"]),
                     "censored_runs": p["censored"],
+                    "missing": [[name, s] for name, s in p["missing"]],
                     "verdict": p["verdict"],
                 }
                 for p in e["parts"]

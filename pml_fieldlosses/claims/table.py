@@ -197,6 +197,8 @@ def get_claims(ids=None):
     if ids is None:
         return CLAIMS
     known = {claim.id: claim for claim in CLAIMS}
+    if not ids:
+        raise ValueError(f"no claim ids given (None: all); available: {', '.join(known)}")
     unknown = [i for i in ids if i not in known]
     if unknown:
         raise ValueError(f"unknown claim {', '.join(map(repr, unknown))}; available: {', '.join(known)}")

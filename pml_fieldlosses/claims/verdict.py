@@ -34,7 +34,8 @@ RULE = (
     f"Claimed no effect: reproduced when the interval lies within ±{EQUIVALENCE:g} MAP@R, not "
     "reproduced when it excludes 0, inconclusive otherwise. A comparison of the epoch of the best "
     "validation MAP@R is inconclusive (censored) when a run of either arm used all its epochs: "
-    "early stopping never fired, so its best epoch is only a lower bound. A claim with several "
+    "early stopping never fired, so its best epoch is only a lower bound. A comparison with a run "
+    "that has no value of its measure (named in the CI column) is inconclusive. A claim with several "
     "comparisons is reproduced when all are, not reproduced when any is, inconclusive otherwise."
 )
 
