@@ -355,5 +355,10 @@ def test_selection_trains_every_candidate_never_tests_and_keeps_the_default_on_t
 
     assert selection.chosen({"A": [(1, 0.5, 3, 0), (2, 0.5, 3, 0), (3, 0.4, 3, 0)]}) == {"A": 1}
     assert selection.chosen({"A": [(1, 0.5, 3, 0), (2, 0.6, 3, 0), (3, 0.4, 3, 0)]}) == {"A": 2}
-    with pytest.raises(ValueError, match="plain loss names"):
-        selection.select(tiny_config(folder, tmp_path, losses=("PFML[delta=0.3]",)))
+    with pytest.raises(ValueError, match=r"do not set it in the name \(PFML\[alpha=2,delta=0.3\]\)"):
+        selection.select(tiny_config(folder, tmp_path, losses=("PFML[alpha=2,delta=0.3]",)))
+    # other settings are kept: every candidate is a name the bench reads back
+    (entry,) = selection.selectable_entries(["PFML[alpha=2]"])
+    assert entry.candidates() == [f"PFML[alpha=2,delta={v:g}]" for v in entry.grid]
+    assert [registry.get_entry(c).build(3, 4).alpha for c in entry.candidates()] == [2] * len(entry.grid)
+    assert selection.selectable_entries(["PFML[repulsion_delta=0.6]"])[0].tuned == "delta"

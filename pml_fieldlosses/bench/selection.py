@@ -28,13 +28,10 @@ def select(config, file=None):
     from .runs import run_all
 
     file = file or sys.stderr
-    fixed = [name for name in config.losses if "[" in name]
-    if fixed:
-        raise ValueError(f"select tries every value itself: give plain loss names, not {', '.join(fixed)}")
+    entries = selectable_entries(config.losses)
     out_dir = Path(config.out) / config.folder_name(selection=True)
     print(f"hyperparameter selection -> {out_dir}", file=file)
     _, _, inputs, _ = prepare(config, out_dir, file, selection=True)
-    entries = [get_entry(name) for name in config.losses]
     jobs = [(name, SELECTION_SEED) for entry in entries for name in entry.candidates()]
     results = {r["loss"]: r for r in run_all(inputs, config, out_dir, file=file, jobs=jobs, test=False, backend=backend(config))}
     table = {}
@@ -50,6 +47,24 @@ def select(config, file=None):
         ]
     (out_dir / "selection.json").write_text(json.dumps(table, indent=1))
     return table
+
+
+def selectable_entries(names):
+    """The catalog entries of ``names``; a name may fix other settings (e.g.
+    PFML[alpha=2]) but not the tuned hyperparameter, whose every value select tries."""
+    entries = [get_entry(name) for name in names]
+    fixed = [e.name for e in entries if e.tuned in _keys_set_in(e.name)]
+    if fixed:
+        raise ValueError(
+            f"select tries every value of each loss's tuned hyperparameter itself: do not set it in "
+            f"the name ({', '.join(fixed)}); other settings are kept, e.g. PFML[alpha=2]"
+        )
+    return entries
+
+
+def _keys_set_in(name):
+    settings = name.partition("[")[2].rstrip("]")
+    return {item.partition("=")[0].strip() for item in settings.split(",") if item}
 
 
 def chosen(table):
