@@ -441,3 +441,104 @@ def test_a_fixed_skin_searches_every_pair_every_step_there():
         points = torch.nn.functional.normalize(points + 0.002 * step / step.norm(dim=1, keepdim=True), dim=1)
     assert loss_fn.neighbor_list.pairs is None
     assert sum(searched[3:]) >= n**2
+
+
+def low_rank_cluster(n, dim, rank, median, generator, noise=0.02):
+    """n unit vectors around one direction, spread mostly in a rank-dimensional
+    subspace (plus a little isotropic noise), at pairwise distances around
+    ``median``: contracted proxies as the bench's rank-16 features give them."""
+    basis = torch.linalg.qr(torch.randn(dim, rank, generator=generator, dtype=torch.float64)).Q
+    spread = torch.randn(n, rank, generator=generator, dtype=torch.float64) @ basis.T
+    spread = spread + noise * torch.randn(n, dim, generator=generator, dtype=torch.float64)
+    spread = spread * median / torch.pdist(spread).median()
+    centre = torch.nn.functional.normalize(torch.randn(dim, generator=generator, dtype=torch.float64), dim=0)
+    return torch.nn.functional.normalize(centre + spread, dim=1)
+
+
+@pytest.mark.parametrize("name", LOSS_KWARGS)
+def test_the_projection_filter_prunes_a_low_rank_cluster(name):
+    """Proxies contracted into a cluster of rank 8 in 256 dimensions (median
+    pairwise distance 0.6, few pairs within the cutoff 0.2, all within the
+    largest radius) and moving fast enough that the list stays dense: every
+    step is an all-pairs search. With the projection filter
+    (k = 32) the counted work of those dense steps (bound entries weighted by
+    (k + 3) / (D + 2), plus pair_cost per entry that passes) is under a fifth
+    of the full-length search's; values and gradients equal the dense path at
+    every step either way."""
+    C, M, D = 80, 2, 256
+    work = {}
+    for filter_dims in [32, None]:
+        g = torch.Generator().manual_seed(3)
+        loss_fn = scalable_loss(name, C, M, D, delta=0.15, repulsion_delta=0.2)
+        loss_fn.neighbor_list.filter_dims = filter_dims
+        loss_fn.collect_stats = True
+        points = low_rank_cluster(C * M, D, 8, 0.6, g)
+        x, labels = low_rank_cluster(12, D, 8, 0.6, g), torch.randint(0, C, (12,), generator=g)
+        work[filter_dims] = []
+        for _ in range(6):
+            with torch.no_grad():
+                loss_fn.proxies.copy_(points.view(C, M, D))
+            xg = x.clone().requires_grad_()
+            loss = loss_fn(xg, labels)
+            check_dense_reference(loss_fn, x, labels, loss, torch.autograd.grad(loss, [xg, loss_fn.proxies]))
+            work[filter_dims].append(loss_fn.num_searched_proxy_pairs)
+            step = low_rank_cluster(C * M, D, 8, 0.6, g)
+            points = torch.nn.functional.normalize(points + 0.05 * step, dim=1)
+        assert loss_fn.neighbor_list.num_dense_steps >= 3  # the list was too dense to keep
+    n = C * M
+    assert all(w >= n * (n - 1) / 2 for w in work[None])
+    # the dense steps after the first build (whose radius, at the largest skin, covers most pairs)
+    assert sum(work[32][1:]) < sum(work[None][1:]) / 5, work
+
+
+def check_exact_list(neighbors, points, group_size, cutoff, skin):
+    """The update returns every pair closer than the cutoff, the kept list
+    every pair within it, and each clearance bounds the distances to the
+    unlisted points of other groups."""
+    n, groups = len(points), torch.arange(len(points)) // group_size
+    returned = neighbors.update(points, group_size, cutoff, skin)
+    for pairs in [returned] + ([neighbors.pairs] if neighbors.pairs is not None else []):
+        listed = torch.zeros(n, n, dtype=torch.bool)
+        listed[pairs[0], pairs[1]] = True
+        assert not (true_close_pairs(points, group_size, cutoff) & ~listed).any()
+    if neighbors.pairs is not None:
+        reference = neighbors.reference.double()
+        unlisted = (groups[:, None] != groups[None]) & ~(listed | listed.T)
+        nearest = torch.where(unlisted, torch.cdist(reference, reference), torch.inf).amin(dim=1)
+        assert (neighbors.clearance.double() <= nearest).all()
+    return returned
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_the_projection_filter_is_exact_where_distances_lie_in_the_residual(dtype):
+    """Adversarial for the filter: the points lie in a 4-dimensional subspace
+    (which the basis captures) and each has a twin moved orthogonally to it
+    (by the cutoff exactly, or a hair less or more), so the twins' whole
+    distance is in the residual and their residual norms are equal: the
+    filter's bound for them is ~0 and the exact distances decide; and a twin
+    moved within the subspace, whose bound is its distance (at the cutoff
+    within rounding). Float32 and
+    float64, pairs at the cutoff within rounding, a kept and a dropped list."""
+    g = torch.Generator().manual_seed(7)
+    D, cutoff = 64, 0.25
+    q = torch.linalg.qr(torch.randn(D, 4, generator=g, dtype=torch.float64)).Q  # the subspace
+    base = torch.randn(60, 4, generator=g, dtype=torch.float64) @ q.T
+    orthogonal = torch.randn(60, D, generator=g, dtype=torch.float64)
+    orthogonal = torch.nn.functional.normalize(orthogonal - orthogonal @ q @ q.T, dim=1)
+    offsets = cutoff * torch.tensor([1.0, 1 - 1e-7, 1 + 1e-7, 0.5, 2.0]).repeat(12).unsqueeze(1)
+    in_plane = torch.randn(60, 4, generator=g, dtype=torch.float64) @ q.T
+    in_plane = torch.nn.functional.normalize(in_plane, dim=1)
+    twins = [base, base + offsets * orthogonal, base + offsets * in_plane]
+    points = torch.stack(twins, dim=1).reshape(180, D).to(dtype)
+    for pair_cost, skin in [(1, 0.1), (4, 2.0)]:  # the list kept / too dense to keep (dense steps)
+        neighbors = NeighborList(chunk_entries=3001, pair_cost=pair_cost, adaptive_skin=False, filter_dims=8)
+        moved, filtered = points, 0
+        for step in range(4):
+            returned = check_exact_list(neighbors, moved, 1, cutoff, skin)
+            filtered += neighbors.last_filtered > 0
+            close = true_close_pairs(moved, 1, cutoff)
+            assert close.sum() >= 24  # the twins a hair inside the cutoff
+            assert returned.shape[1] < 180 * 179 / 2 / 4  # and far from all pairs
+            moved = moved + 1e-3 * torch.randn(moved.shape, generator=g, dtype=torch.float64).to(dtype)
+        assert filtered >= (3 if skin > 1 else 1)  # the searches went through the filter
+        assert (neighbors.pairs is None) == (skin > 1)
