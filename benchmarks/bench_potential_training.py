@@ -26,7 +26,9 @@ at the cutoff, the list being too dense to keep; ``build``: a search of all
 pairs that (re)built the list), the skin of the last build, the median
 pairwise distance of the normalised proxies (sampled), and the process's
 peak memory (resident set; every scale of one invocation runs in the same
-process, so it is the peak so far).
+process, so it is the peak so far). ``--losses PFML PFML-filter`` adds PFML
+with the opt-in projection filter of its proxy searches (NeighborList
+filter_dims = 32) and prints the filter's pass rate.
 """
 
 import argparse
@@ -67,6 +69,12 @@ def with_filter(loss_fn, dims=32):
     """The loss with the (opt-in) projection filter in its all-pairs proxy searches."""
     loss_fn.neighbor_list.filter_dims = dims
     return loss_fn
+
+
+def filter_note(passed):
+    if not passed:
+        return ""
+    return f"projection filter passed {statistics.mean(passed):.2%} of all pairs per update that used it; "
 
 
 def peak_memory_gb():
@@ -149,8 +157,7 @@ def run_scale(args, C, g):
         print(
             f"N={C:<6} {name:<12} median proxy distance at the stages "
             f"{', '.join(f'{m:.2f}' for m in runs[name]['median'])}; last skin {nl.skin:.3f} "
-            f"(largest {nl.max_skin:.3f}); projection filter passed "
-            f"{statistics.mean(runs[name]['passed'] or [0]):.2%} of the pairs per full search on average; "
+            f"(largest {nl.max_skin:.3f}); {filter_note(runs[name]['passed'])}"
             f"peak memory so far {peak_memory_gb():.2f} GB",
             flush=True,
         )
