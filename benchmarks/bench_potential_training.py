@@ -26,9 +26,7 @@ at the cutoff, the list being too dense to keep; ``build``: a search of all
 pairs that (re)built the list), the skin of the last build, the median
 pairwise distance of the normalised proxies (sampled), and the process's
 peak memory (resident set; every scale of one invocation runs in the same
-process, so it is the peak so far). ``--losses PFML PFML-filter`` adds PFML
-with the opt-in projection filter of its proxy searches (NeighborList
-filter_dims = 32) and prints the filter's pass rate.
+process, so it is the peak so far).
 """
 
 import argparse
@@ -65,18 +63,6 @@ def contract(loss_fn, targets, median, generator):
         optimizer.step()
 
 
-def with_filter(loss_fn, dims=32):
-    """The loss with the (opt-in) projection filter in its all-pairs proxy searches."""
-    loss_fn.neighbor_list.filter_dims = dims
-    return loss_fn
-
-
-def filter_note(passed):
-    if not passed:
-        return ""
-    return f"projection filter passed {statistics.mean(passed):.2%} of all pairs per update that used it; "
-
-
 def peak_memory_gb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
 
@@ -91,9 +77,6 @@ def run_scale(args, C, g):
         "ProxyAnchor": lambda: pml_losses.ProxyAnchorLoss(C, D),
         "PFML": lambda: losses.PotentialFieldLoss(C, D, proxies_per_class=2, delta=args.delta),
         "CPML": lambda: losses.ContrastivePotentialLoss(C, D, proxies_per_class=2, delta=args.delta),
-        "PFML-filter": lambda: with_filter(
-            losses.PotentialFieldLoss(C, D, proxies_per_class=2, delta=args.delta)
-        ),
     }
     runs = {}
     for name in ["ProxyAnchor"] + args.losses:
@@ -106,7 +89,6 @@ def run_scale(args, C, g):
             times=[],
             modes=[],
             median=[median_proxy_distance(loss_fn, g)] if name != "ProxyAnchor" else [],
-            passed=[],
         )
     W = args.window
     for step in range(3 * W):
@@ -132,9 +114,6 @@ def run_scale(args, C, g):
             run["loss_opt"].step()
             nl = getattr(run["loss_fn"], "neighbor_list", None)
             if nl is not None:
-                if nl.last_filtered:
-                    n = len(nl.reference)
-                    run["passed"].append(nl.last_filtered / (n * (n - 1) / 2))
                 if nl.last_reanchored == len(nl.reference):
                     run["modes"].append("build")
                 else:
@@ -157,8 +136,7 @@ def run_scale(args, C, g):
         print(
             f"N={C:<6} {name:<12} median proxy distance at the stages "
             f"{', '.join(f'{m:.2f}' for m in runs[name]['median'])}; last skin {nl.skin:.3f} "
-            f"(largest {nl.max_skin:.3f}); {filter_note(runs[name]['passed'])}"
-            f"peak memory so far {peak_memory_gb():.2f} GB",
+            f"(largest {nl.max_skin:.3f}); peak memory so far {peak_memory_gb():.2f} GB",
             flush=True,
         )
 
@@ -176,7 +154,7 @@ def main():
     )
     parser.add_argument("--trunk-lr", type=float, default=5e-4)
     parser.add_argument("--proxy-lr-factor", type=float, default=100.0)
-    parser.add_argument("--losses", nargs="+", default=["PFML", "CPML"], choices=["PFML", "CPML", "PFML-filter"])
+    parser.add_argument("--losses", nargs="+", default=["PFML", "CPML"], choices=["PFML", "CPML"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: torch's; 1 on a shared, busy machine)"

@@ -2,8 +2,6 @@
 
 import torch
 
-from .projection_bound import ProjectionBound
-
 
 def squared_distance_slack(points):
     """An upper bound on the rounding error of ||a||^2 + ||b||^2 - 2 a.b computed
@@ -77,27 +75,8 @@ class NeighborList:
     done, never the result (the clearances and displacements prove every
     unlisted pair out of the cutoff whatever the skin).
 
-    Projection filter (opt-in: ``filter_dims`` = k, off by default). Every
-    search can first compute, per block, an exact lower bound of the squared
-    distances from a k-dimensional PCA projection plus the residual norms
-    (``ProjectionBound``: one matrix product of length k + 3 instead of
-    D + 2), and compute exact distances (from coordinate differences) only
-    for the entries whose bound is below the search's threshold; the others
-    keep the bound, which is >= the threshold and a valid lower bound for the
-    clearances. The basis is computed at each build and every
-    ``basis_steps`` dense steps; the filter is skipped where k + 3 > (D + 2)
-    / 4, and at a threshold where it passed so many entries that it cost more
-    than the full search. A dense step then counts the pairs within the
-    radius from the bounds (an over-count: the step may stay dense when a
-    list would be sparse, never a wrong result). It pays only where the
-    points lie near a k-dimensional affine subspace *and* few pairs are
-    within the threshold: each entry that passes costs ``pair_cost`` (~70
-    entries at D = 512), so the pass rate must stay below ~1 %.
-
-    ``last_searched`` and ``last_returned`` (pairs) count the work of the
-    last update; ``last_searched`` is in matrix-product entries of length
-    D + 2: a full entry counts 1, a bound (k + 3) / (D + 2), an entry that
-    passes the filter ``pair_cost`` (``last_filtered`` counts those). The first call, or any change of the
+    ``last_searched`` (matrix-product entries) and ``last_returned`` (pairs)
+    count the work of the last update. The first call, or any change of the
     number of points, group size, dtype, device, cutoff or largest skin,
     builds.
 
@@ -111,12 +90,9 @@ class NeighborList:
     target_steps = 8
     # an update that would re-anchor more than this fraction of the points builds instead
     max_reanchored = 0.5
-    # dense steps recompute the projection basis this often (builds always do)
-    basis_steps = 16
 
-    def __init__(self, chunk_entries=2**22, pair_cost=None, adaptive_skin=True, filter_dims=None):
+    def __init__(self, chunk_entries=2**22, pair_cost=None, adaptive_skin=True):
         self.chunk_entries = chunk_entries
-        self.filter_dims = filter_dims  # k of the projection filter; None or 0: off (the default)
         self.pair_cost = pair_cost  # None: default_pair_cost(dimension)
         self.adaptive_skin = adaptive_skin
         self.reset()
@@ -126,9 +102,8 @@ class NeighborList:
         self.num_partial_rebuilds = 0  # searches for a subset of re-anchored points
         self.num_reanchored = 0  # points re-anchored by partial rebuilds, in total
         self.last_reanchored = 0  # points searched by the last update (all of them on a build)
-        self.last_searched = 0  # work of the last update, in distance entries of length D + 2
+        self.last_searched = 0  # distance entries computed by matrix products in the last update
         self.last_returned = 0  # pairs returned by the last update
-        self.last_filtered = 0  # entries that passed the projection filter in the last update
 
     @staticmethod
     def default_pair_cost(dim):
@@ -139,7 +114,6 @@ class NeighborList:
 
     def reset(self):
         self.reference = self.pairs = self.clearance = self.previous = self.speed = None
-        self.bound = None
         self.group_size = self.cutoff = self.max_skin = self.skin = None
 
     def update(self, points, group_size, cutoff, skin):
@@ -148,7 +122,7 @@ class NeighborList:
         ``cutoff``."""
         with torch.no_grad():
             points = points.detach()
-            self.last_reanchored = self.last_searched = self.last_filtered = 0
+            self.last_reanchored = self.last_searched = 0
             if self._stale(points, group_size, cutoff, skin):
                 self.previous = self.speed = None
                 pairs = self._build(points, group_size, cutoff, skin)
@@ -199,12 +173,12 @@ class NeighborList:
     def max_pairs(self, points):
         """The most pairs a kept list may hold."""
         n = len(points)
-        return int(n * (n - 1) / 2 / max(self._pair_cost(points), 1.0))
+        pair_cost = self.pair_cost if self.pair_cost is not None else self.default_pair_cost(points.shape[1])
+        return int(n * (n - 1) / 2 / max(pair_cost, 1.0))
 
     def _build(self, points, group_size, cutoff, skin):
         self.reference = points.clone()
         self.group_size, self.cutoff, self.max_skin = group_size, cutoff, skin
-        self.bound = None  # a new projection basis for the new references
         self.skin = self.choose_skin()
         self.clearance = torch.full((len(points),), float("inf"), dtype=points.dtype, device=points.device)
         everyone = torch.arange(len(points), device=points.device)
@@ -217,16 +191,17 @@ class NeighborList:
     def _dense_step(self, points):
         """The pairs within the cutoff of the current positions, in blocks;
         builds (and keeps the list) instead once the pairs within the radius
-        of the skin now chosen fit in a kept list (with the projection filter,
-        the entries not passed hold lower bounds: an over-count)."""
+        of the skin now chosen fit in a kept list."""
         n, groups = len(points), torch.arange(len(points), device=points.device) // self.group_size
         slack = squared_distance_slack(points)
         close_threshold = self.cutoff**2 + slack
         radius_threshold = (self.cutoff + self.choose_skin()) ** 2 + slack
-        if self.num_dense_steps % self.basis_steps == 0:
-            self.bound = None  # the proxies moved: a fresh projection basis
+        left, right = self._augmented(points)
+        step = max(1, self.chunk_entries // max(1, n))
         close, within_radius = [], 0
-        for start, _, sq in self._blocks(points, n, close_threshold):
+        for start in range(0, n, step):
+            sq = left[start : start + step] @ right[start:].T
+            self.last_searched += sq.numel()
             # the upper triangle: row start + r against column start + c with c > r
             upper = torch.ones_like(sq, dtype=torch.bool).triu(diagonal=1)
             within_radius += ((sq < radius_threshold) & upper).sum().item()
@@ -237,65 +212,6 @@ class NeighborList:
         if within_radius <= self.max_pairs(points):
             return self._build(points, self.group_size, self.cutoff, self.max_skin)
         return torch.cat(close, dim=1)
-
-    def _blocks(self, points, num_rows, threshold):
-        """Yields (start, stop, sq) for row blocks of the first ``num_rows``
-        points: sq[r, c] is the squared distance of points start + r and
-        start + c, within squared_distance_slack of the truth. With the
-        projection filter (see ProjectionBound), entries that cannot be below
-        ``threshold`` hold a lower bound instead (itself >= threshold), and
-        only the others are computed exactly, from coordinate differences."""
-        bound = self._projection(points, threshold)
-        left, right, slack = bound.coordinates(points) if bound else (*self._augmented(points), 0.0)
-        step = max(1, self.chunk_entries // max(1, len(points)))
-        for start in range(0, num_rows, step):
-            stop = min(start + step, num_rows)
-            sq = left[start:stop] @ right[start:].T
-            if bound is None:
-                self.last_searched += sq.numel()
-            else:
-                sq = self._refine(points, sq, start, bound, threshold, slack)
-            yield start, stop, sq
-
-    def _projection(self, points, threshold):
-        """The projection filter, or None where it cannot pay: a bound of
-        length k + 3 must be at most a quarter of a distance's D + 2, and a
-        filter that passed over a third of its entries at some threshold is
-        off at that threshold and above until the next basis."""
-        k = self.filter_dims
-        if not k or 4 * (k + 3) > points.shape[1] + 2 or len(points) < 4 * k:
-            return None
-        if self.bound is None:
-            self.bound = ProjectionBound(points, k)
-        return None if threshold >= self.bound.useless_above else self.bound
-
-    def _refine(self, points, bounds, start, bound, threshold, slack):
-        """Exact squared distances for the entries that pass the filter, a
-        lower bound for the rest and for the entries c <= r, which the
-        searches do not use as pairs (float64)."""
-        # only c > r: the entries c <= r repeat pairs of the block (or are the diagonal)
-        upper = torch.ones_like(bounds, dtype=torch.bool).triu(diagonal=1)
-        row, col = (bound.candidates(bounds, threshold, slack) & upper).nonzero().unbind(1)
-        sq = bound.lower(bounds, slack)
-        step = max(1, self.chunk_entries // points.shape[1])
-        for s in range(0, len(row), step):
-            r, c = row[s : s + step], col[s : s + step]
-            sq[r, c] = (points[r + start] - points[c + start]).pow(2).sum(dim=1).double()
-        self.last_filtered += len(row)
-        work = bounds.numel() * bound.length / (points.shape[1] + 2) + len(row) * self._pair_cost(points)
-        self.last_searched += round(work)
-        if 3 * len(row) * self._pair_cost(points) > bounds.numel():
-            bound.useless_above = min(bound.useless_above, threshold)
-        return sq
-
-    def _pair_cost(self, points):
-        return self.pair_cost if self.pair_cost is not None else self.default_pair_cost(points.shape[1])
-
-    @staticmethod
-    def _round_down(values, dtype):
-        """float64 values cast to dtype, never rounded up."""
-        cast = values.to(dtype)
-        return torch.where(cast.double() > values, torch.nextafter(cast, torch.zeros_like(cast)), cast)
 
     @staticmethod
     def _augmented(points):
@@ -329,13 +245,18 @@ class NeighborList:
         slack = squared_distance_slack(ref)
         threshold = (self.cutoff + self.skin) ** 2 + slack
         close_threshold = self.cutoff**2 + slack
+        left, right = self._augmented(ref)
         # the other members of each row's group, as positions in the order
         offsets = torch.arange(self.group_size, device=order.device)
         siblings = position[(groups * self.group_size).unsqueeze(1) + offsets]
-        nearest = torch.full((len(order),), float("inf"), dtype=torch.float64, device=ref.device)
+        nearest = torch.full((len(order),), float("inf"), dtype=ref.dtype, device=ref.device)
+        step = max(1, self.chunk_entries // max(1, len(order)))
         found, close, num_found = [], [], 0
-        # squared distances of rows start:stop to points start:, in the order
-        for start, stop, sq in self._blocks(ref, len(rows), threshold):
+        for start in range(0, len(rows), step):
+            stop = min(start + step, len(rows))
+            # squared distances of rows start:stop to points start:, in the order
+            sq = left[start:stop] @ right[start:].T
+            self.last_searched += sq.numel()
             row, col = (sq < threshold).nonzero().unbind(1)
             keep = (col > row) & (groups[row + start] != groups[col + start])
             if found is not None:
@@ -350,9 +271,9 @@ class NeighborList:
             sq[row, col] = float("inf")
             sibling_rows, sibling_cols = self._local(siblings[start:stop] - start)
             sq[sibling_rows, sibling_cols] = float("inf")
-            nearest[start:stop] = torch.minimum(nearest[start:stop], sq.amin(dim=1).double())
-            nearest[start:] = torch.minimum(nearest[start:], sq.amin(dim=0).double())
-        lower_bound = self._round_down((nearest - slack).clamp(min=0).sqrt(), ref.dtype)
+            nearest[start:stop] = torch.minimum(nearest[start:stop], sq.amin(dim=1))
+            nearest[start:] = torch.minimum(nearest[start:], sq.amin(dim=0))
+        lower_bound = (nearest - slack).clamp(min=0).sqrt()
         self.clearance[order] = torch.minimum(self.clearance[order], lower_bound)
         return self._ordered(order, found), self._ordered(order, close)
 
