@@ -57,15 +57,6 @@ def resources(device, num_cpus=None, num_gpus=None):
     return {"num_cpus": 1 if num_cpus is None else num_cpus}
 
 
-def slot_cpus(ray, slots):
-    """CPUs for each of ``slots`` jobs running side by side: the cluster's CPUs shared out
-    (a fraction when there are more slots than CPUs), at most one node's."""
-    nodes = [node["Resources"].get("CPU", 0) for node in ray.nodes() if node["Alive"]]
-    if not nodes or max(nodes) <= 0:
-        raise RuntimeError("the Ray cluster has no CPUs")
-    return min(max(nodes), sum(nodes) / slots)
-
-
 def _read_token(path):
     try:
         with open(path) as f:
@@ -205,12 +196,26 @@ class Workers:
     restarted: the job sent to it fails with that error. The actors are created at once, so
     they load while the driver prepares the first jobs; ``close`` ends them."""
 
-    def __init__(self, ray, actor_class, args, count, options, max_retries=3):
+    def __init__(self, ray, actor_class, args, count, options, max_retries=3, start_timeout=600):
         self.ray, self.max_retries = ray, max_retries
         remote = ray.remote(actor_class).options(max_restarts=-1, max_task_retries=max_retries, **options)
         self.actors = [remote.remote(*args) for _ in range(count)]
         self.idle = list(self.actors)
         self.running = {}
+        self._wait_until_started(options, start_timeout)
+
+    def _wait_until_started(self, options, timeout):
+        """Ray leaves an actor that fits on no node pending forever, and jobs sent to it
+        would never run: fail, naming them, if some have not started within ``timeout``
+        seconds (an actor whose __init__ raised has started; its job reports the error)."""
+        refs = [actor.__ray_ready__.remote() for actor in self.actors]
+        _, pending = self.ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        if pending:
+            self.close()
+            raise RuntimeError(
+                f"{len(pending)} of {len(refs)} Ray workers ({options} each) did not start within "
+                f"{timeout:g} s: the cluster has no room for them (ray status shows pending demands)"
+            )
 
     def __len__(self):
         return len(self.running)

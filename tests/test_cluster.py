@@ -4,12 +4,13 @@ jobs, are restarted when killed and run the interrupted job again, once."""
 
 import os
 import signal
+import time
 
 import pytest
 
 ray = pytest.importorskip("ray")
 
-from pml_fieldlosses import cluster  # noqa: E402
+from pml_fieldlosses import cluster, cluster_slots  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -133,9 +134,45 @@ def test_a_worker_that_does_not_see_the_results_folder_stops_naming_its_node(loc
 
 
 def test_slot_cpus_share_the_cluster(local_ray):
-    assert cluster.slot_cpus(local_ray, 1) == 2
-    assert cluster.slot_cpus(local_ray, 2) == 1
-    assert cluster.slot_cpus(local_ray, 4) == 0.5
+    nodes = cluster_slots.alive_nodes(local_ray)
+    assert nodes == [(2, 0)]
+    assert [cluster_slots.slot_cpus(nodes, k) for k in (1, 2, 4)] == [2, 1, 0.5]
+
+
+@pytest.mark.parametrize(
+    "nodes, slots, gpus, cpus",
+    [
+        ([(16, 0), (16, 0)], 3, 0, 8),  # 32/3 = 10.67 fits only twice on two 16-CPU nodes
+        ([(4, 0), (32, 0)], 4, 0, 8),  # 36/4 = 9 fits 3 times
+        ([(4, 0), (32, 0)], 2, 0, 16),  # 18 fits once: both on the 32-CPU node
+        ([(8, 2), (8, 2)], 4, 1, 4),
+        ([(2, 0)], 3, 0, 0.6666),
+    ],
+)
+def test_slot_cpus_are_the_most_with_which_every_worker_fits(nodes, slots, gpus, cpus):
+    assert cluster_slots.slot_cpus(nodes, slots, gpus) == cpus
+    assert cluster_slots.how_many_fit(nodes, cpus, gpus) >= slots
+    assert cluster_slots.how_many_fit(nodes, cpus + 0.01, gpus) < slots or cpus == sum(c for c, _ in nodes) / slots
+
+
+def test_workers_that_cannot_fit_are_refused_by_name():
+    with pytest.raises(cluster_slots.SlotsDoNotFit, match=r"4 parallel workers of 1 CPU\(s\) and 1 GPU\(s\) each"):
+        cluster_slots.check_fit([(16, 1)], 4, 1, 1)
+    with pytest.raises(cluster_slots.SlotsDoNotFit, match="at most 2 do"):
+        cluster_slots.slot_cpus([(8, 1), (8, 1)], 3, gpus=1)
+    cluster_slots.check_fit([(16, 4)], 4, 4, 1)
+
+
+def test_workers_that_the_cluster_cannot_place_fail_instead_of_hanging(local_ray):
+    """A worker that fits on no node stays pending in Ray: the pool fails after its start
+    timeout, naming the request, and leaves no actor behind."""
+    with pytest.raises(RuntimeError, match=r"of 2 Ray workers \(\{'num_cpus': 1.5\} each\) did not start within 20 s"):
+        cluster.Workers(local_ray, Counter, ("unused",), 2, cluster.resources("cpu", num_cpus=1.5), start_timeout=20)
+    # both actors were ended: the cluster's CPUs are free again
+    deadline = time.monotonic() + 60
+    while local_ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert local_ray.available_resources().get("CPU", 0) == 2
 
 
 def test_resources():

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from ..cluster_slots import SlotsDoNotFit
 from . import compat
 from .protocol import ProtocolError
 from .registration import register
@@ -222,7 +223,7 @@ def main(argv=None):
     try:
         with prepared_runner(argv) as runner:
             runner.run()
-    except UsageError as e:
+    except (UsageError, SlotsDoNotFit) as e:
         print(f"pml-fieldlosses-pb: error: {e}", file=sys.stderr)
         sys.exit(2)
     except ProtocolError as e:

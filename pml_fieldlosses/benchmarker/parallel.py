@@ -26,7 +26,7 @@ import logging
 import os
 import time
 
-from .. import cluster
+from .. import cluster, cluster_slots
 
 logger = logging.getLogger(__name__)
 PATH_OPTIONS = ("root_experiment_folder", "dataset_root", "root_config_folder", "global_db_path", "pytorch_home")
@@ -93,8 +93,10 @@ class ParallelTrials:
         for stale in glob.glob(os.path.join(folder, ".ray-visibility-*")):  # left by a killed driver
             os.remove(stale)
         self.token = cluster.write_token(folder)
+        nodes = cluster_slots.alive_nodes(ray)
         gpus = self.gpus if self.gpus is not None else (1 if ray.cluster_resources().get("GPU", 0) else 0)
-        cpus = self.cpus if self.cpus is not None else cluster.slot_cpus(ray, self.slots)
+        cpus = self.cpus if self.cpus is not None else cluster_slots.slot_cpus(nodes, self.slots, gpus)
+        cluster_slots.check_fit(nodes, self.slots, cpus, gpus)
         options = cluster.resources("cuda" if gpus else "cpu", num_cpus=cpus, num_gpus=gpus or None)
         threads = max(1, int(cpus))
         logger.info("Ray: %d workers, each %s and %d torch threads", self.slots, options, threads)
