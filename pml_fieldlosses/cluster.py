@@ -113,7 +113,7 @@ def check_shared_folder(ray, folder):
         os.remove(path)
     blind = [node["NodeManagerAddress"] for node, value in zip(nodes, seen) if value != token]
     if blind:
-        raise SystemExit(not_shared(os.path.abspath(folder), blind))
+        raise FolderNotShared(not_shared(os.path.abspath(folder), blind))
 
 
 class JobFailed(RuntimeError):

@@ -62,6 +62,15 @@ def test_shared_folder_visible_from_every_node(local_ray, tmp_path):
     assert os.listdir(tmp_path / "results") == []  # the probe file is removed
 
 
+def test_a_folder_some_node_cannot_read_is_refused_naming_the_node(local_ray, tmp_path, monkeypatch):
+    """An error the caller can catch (the CLI prints it in one line), not an exit."""
+    write_token = cluster.write_token
+    monkeypatch.setattr(cluster, "write_token", lambda folder: (write_token(folder)[0], "what no node reads"))
+    with pytest.raises(cluster.FolderNotShared, match=r"results is not visible from Ray node\(s\) \d"):
+        cluster.check_shared_folder(local_ray, str(tmp_path / "results"))
+    assert os.listdir(tmp_path / "results") == []
+
+
 class Counter:
     """An actor that counts its calls (state kept between jobs) and dies once on job 1."""
 

@@ -138,14 +138,18 @@ class BayesOptRunner(SubExperiments, BaseRunner):
             csv_folder=self.csv_folder, tensorboard_folder=self.tensorboard_folder
         )
         config_diffs = self.read_configs(find_search_space=False)
-        if self.parallel is not None:
-            self.parallel.optimise(self, client, record_keeper, config_diffs)
-        while self.parallel is None and (trial := self.next_trial(client)) is not None:
-            self.start_trial(trial, config_diffs)
-            result = self.run_trial(trial)
-            self.record(client, record_keeper, trial, result)
-        logger.info("DONE BAYESIAN OPTIMIZATION")
-        self.report(record_keeper, client)
+        try:
+            if self.parallel is not None:
+                self.parallel.optimise(self, client, record_keeper, config_diffs)
+            while self.parallel is None and (trial := self.next_trial(client)) is not None:
+                self.start_trial(trial, config_diffs)
+                result = self.run_trial(trial)
+                self.record(client, record_keeper, trial, result)
+            logger.info("DONE BAYESIAN OPTIMIZATION")
+            self.report(record_keeper, client)
+        finally:  # the warm workers (and their token file) end with the run, whatever stops it
+            if self.parallel is not None:
+                self.parallel.close()
         logger.info("##### FINISHED #####")
 
     def next_trial(self, client):
