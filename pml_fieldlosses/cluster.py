@@ -193,8 +193,9 @@ class Workers:
     An actor killed in the middle of a job is restarted by Ray (its ``__init__`` runs again)
     and the call is run again there, up to ``max_retries`` times, as for a task: the job must
     resume from what it left in its folder. An actor whose ``__init__`` raises is not
-    restarted: the job sent to it fails with that error. The actors are created at once, so
-    they load while the driver prepares the first jobs; ``close`` ends them."""
+    restarted: the job sent to it fails with that error. The actors are created at once and
+    the constructor returns once all have started (loaded side by side), or fails naming
+    those Ray could not place within ``start_timeout`` seconds; ``close`` ends them."""
 
     def __init__(self, ray, actor_class, args, count, options, max_retries=3, start_timeout=600):
         self.ray, self.max_retries = ray, max_retries

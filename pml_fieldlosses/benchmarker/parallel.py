@@ -82,9 +82,10 @@ class ParallelTrials:
         self.workers = self.token = None
 
     def start_workers(self, folder):
-        """Ray (started or joined) and the K warm actors, created at once: they load while
-        the driver proposes the first trials, and each first checks that it sees ``folder``
-        (the token file stays there while they live, for actors that Ray restarts)."""
+        """Ray (started or joined) and the K warm actors, sized to fit on the nodes and
+        started side by side (``cluster.Workers`` returns once all have started); each first
+        checks that it sees ``folder`` (the token file stays there while they live, for
+        actors that Ray restarts)."""
         if self.workers is not None:
             return self.workers
         start = time.perf_counter()
