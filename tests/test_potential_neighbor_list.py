@@ -441,3 +441,45 @@ def test_a_fixed_skin_searches_every_pair_every_step_there():
         points = torch.nn.functional.normalize(points + 0.002 * step / step.norm(dim=1, keepdim=True), dim=1)
     assert loss_fn.neighbor_list.pairs is None
     assert sum(searched[3:]) >= n**2
+
+
+def test_a_proxy_moving_alone_uses_its_whole_allowance():
+    """One proxy approaches a still one: while the other stays put, the mover
+    may use the whole allowance clearance - cutoff (0.31), not half of it, and
+    is re-anchored alone once the pair may be within the cutoff."""
+    x, labels = torch.tensor([[0.0, 1.0]], dtype=torch.float64), torch.tensor([0])
+    loss_fn = two_proxies(0.61)
+    neighbors = loss_fn.neighbor_list
+    check_dense(loss_fn, x, labels)
+    with torch.no_grad():
+        loss_fn.proxies[1, 0, 0] -= 0.3  # 0.3 <= 0.31, beyond half of it
+    check_dense(loss_fn, x, labels)
+    assert neighbors.last_reanchored == 0 and neighbors.num_partial_rebuilds == 0
+    with torch.no_grad():
+        loss_fn.proxies[1, 0, 0] -= 0.02  # now 0.29 apart: within the cutoff 0.3
+    loss = check_dense(loss_fn, x, labels)
+    assert neighbors.last_reanchored == 1 and neighbors.pairs.tolist() == [[0], [1]]
+    assert loss > check_dense(two_proxies(0.61), x, labels)  # the repulsion is in
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_list_stays_exact_when_one_point_moves_far_and_the_others_little(dtype):
+    """Heterogeneous motion (the case the second re-anchoring test is for):
+    each step one random point moves by up to the skin and the others by a
+    little; the returned pairs always contain every pair within the cutoff."""
+    g = torch.Generator().manual_seed(17)
+    n, dim, group_size, cutoff, skin = 200, 3, 2, 0.15, 0.1
+    points = torch.nn.functional.normalize(torch.randn(n, dim, generator=g, dtype=dtype), dim=1)
+    neighbors = NeighborList(chunk_entries=997, pair_cost=1, adaptive_skin=False)
+    for _ in range(60):
+        returned = neighbors.update(points, group_size, cutoff, skin)
+        listed = torch.zeros(n, n, dtype=torch.bool)
+        listed[returned[0], returned[1]] = True
+        assert not (true_close_pairs(points, group_size, cutoff) & ~listed).any()
+        step = 0.002 * torch.randn(n, dim, generator=g, dtype=dtype)
+        jumper = torch.randint(0, n, (1,), generator=g)
+        step[jumper] = skin * torch.rand(1, generator=g, dtype=dtype) * torch.nn.functional.normalize(
+            torch.randn(1, dim, generator=g, dtype=dtype), dim=1
+        )
+        points = torch.nn.functional.normalize(points + step, dim=1)
+    assert neighbors.num_builds == 1 and neighbors.num_partial_rebuilds > 5

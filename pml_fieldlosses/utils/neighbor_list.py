@@ -29,16 +29,19 @@ class NeighborList:
     ``radius = cutoff + skin``, and each point i keeps a clearance r_i <= the
     reference distance to every point of another group *not* listed with it
     (so r_i >= radius). With s_i = r_i - cutoff and displacements
-    disp_i = ||x_i - ref_i|| <= s_i / 2, a pair outside the list is still
-    >= max(r_i, r_j) - disp_i - disp_j >= cutoff apart (triangle inequality),
-    so the list is a superset of the pairs within ``cutoff``. Every update
-    measures the displacements against the stored references and re-anchors the
-    points with disp_i > s_i / 2 at their current position: their rows are
-    searched again against every point, the list and the clearances (theirs
-    exactly, the others' as lower bounds) are updated, and so on until no point
-    is left (the clearances of the others can only shrink). With uniform
-    clearances this is the classic rule "rebuild when the two largest
-    displacements exceed the skin", applied per point.
+    disp_i = ||x_i - ref_i||, a pair outside the list is still
+    >= max(r_i, r_j) - disp_i - disp_j apart (triangle inequality), which is
+    >= cutoff if each of its points passes one of two tests: disp_i <= s_i / 2,
+    or disp_i + (the largest displacement of any other point) <= s_i (one
+    point moving alone may use its whole s_i). So the list is a superset of
+    the pairs within ``cutoff``. Every update measures the displacements
+    against the stored references and re-anchors the points that pass neither
+    test at their current position: their rows are searched again against
+    every point, the list and the clearances (theirs exactly, the others' as
+    lower bounds) are updated, and so on until no point is left (the
+    clearances of the others can only shrink). With uniform clearances this is
+    the classic rule "rebuild when the two largest displacements exceed the
+    skin", applied per point.
 
     Cost. A search computes distances as matrix products in blocks of at most
     ``chunk_entries`` entries (memory bounded), with a margin for rounding; a
@@ -148,9 +151,8 @@ class NeighborList:
 
     def _follow(self, points, cutoff):
         displacements = torch.linalg.vector_norm(points - self.reference, dim=1)
-        # 1e-4 relative covers the rounding of the displacements themselves
         while True:
-            moved = displacements * (1 + 1e-4) > (self.clearance - cutoff) / 2
+            moved = self._beyond_allowance(displacements, cutoff)
             if not moved.any():
                 return self.pairs
             if self.last_reanchored + moved.sum().item() > self.max_reanchored * len(points):
@@ -159,6 +161,22 @@ class NeighborList:
             if self.pairs.shape[1] > self.max_pairs(points):
                 return self._build(points, self.group_size, cutoff, self.max_skin)
             displacements = displacements.masked_fill(moved, 0.0)
+
+    def _beyond_allowance(self, displacements, cutoff):
+        """The points to re-anchor: an unlisted pair (i, j) is now at least
+        max(r_i, r_j) - disp_i - disp_j apart, so it is out of the cutoff if
+        either point passes one of two tests with its allowance a_i = r_i - cutoff:
+        disp_i <= a_i / 2 (shared with every other point), or disp_i + the
+        largest displacement of any other point <= a_i (a point may use its whole
+        allowance while the others stay still). Points that pass neither are
+        re-anchored. 1e-4 relative covers the rounding of the displacements."""
+        allowance = self.clearance - cutoff
+        displacements = displacements * (1 + 1e-4)
+        top = displacements.topk(min(2, len(displacements))).values
+        largest_other = torch.full_like(displacements, top[0].item())
+        if len(top) > 1:
+            largest_other[displacements.argmax()] = top[1]
+        return (displacements > allowance / 2) & (displacements + largest_other > allowance)
 
     def _stale(self, points, group_size, cutoff, skin):
         ref = self.reference
@@ -197,7 +215,7 @@ class NeighborList:
         close_threshold = self.cutoff**2 + slack
         radius_threshold = (self.cutoff + self.choose_skin()) ** 2 + slack
         left, right = self._augmented(points)
-        step = max(1, self.chunk_entries // max(1, n))
+        step = self._block_rows(n)
         close, within_radius = [], 0
         for start in range(0, n, step):
             sq = left[start : start + step] @ right[start:].T
@@ -212,6 +230,13 @@ class NeighborList:
         if within_radius <= self.max_pairs(points):
             return self._build(points, self.group_size, self.cutoff, self.max_skin)
         return torch.cat(close, dim=1)
+
+    def _block_rows(self, n):
+        """Rows per block of a search of n points, each row against the later
+        ones: at most ``chunk_entries`` entries, and at least 8 blocks, so the
+        blocks cover about the upper triangle (n^2 / 2 entries plus one
+        eighth of n^2 / 2) rather than the whole n x n square."""
+        return max(1, min(self.chunk_entries // max(1, n), -(-n // 8)))
 
     @staticmethod
     def _augmented(points):
@@ -250,7 +275,7 @@ class NeighborList:
         offsets = torch.arange(self.group_size, device=order.device)
         siblings = position[(groups * self.group_size).unsqueeze(1) + offsets]
         nearest = torch.full((len(order),), float("inf"), dtype=ref.dtype, device=ref.device)
-        step = max(1, self.chunk_entries // max(1, len(order)))
+        step = self._block_rows(len(order))
         found, close, num_found = [], [], 0
         for start in range(0, len(rows), step):
             stop = min(start + step, len(rows))
