@@ -93,7 +93,11 @@ def scalable_loss(name, C, M, D, **kwargs):
     """The loss with its scalable path forced (these point sets are small
     enough for the automatic choice to take the dense path)."""
     loss_class = losses.PotentialFieldLoss if name == "PFML" else losses.ContrastivePotentialLoss
-    return loss_class(C, D, proxies_per_class=M, dense=False, **{**LOSS_KWARGS[name], **kwargs}).double()
+    loss_fn = loss_class(C, D, proxies_per_class=M, dense=False, **{**LOSS_KWARGS[name], **kwargs}).double()
+    with torch.no_grad():  # the same proxies whatever the global random state (test order)
+        generator = torch.Generator().manual_seed(C * M * D)
+        loss_fn.proxies.copy_(torch.randn(C, M, D, generator=generator, dtype=torch.float64))
+    return loss_fn
 
 
 def make_loss(name, C=40, M=3, D=4):
@@ -185,7 +189,8 @@ def test_one_moving_proxy_is_searched_alone():
     neighbors = loss_fn.neighbor_list
     for _ in range(3):
         with torch.no_grad():
-            loss_fn.proxies[4, 1] = torch.randn(3, generator=g, dtype=torch.float64)  # a big jump
+            # a big jump (to the antipode: 2 apart once normalised, beyond any allowance)
+            loss_fn.proxies[4, 1] = -loss_fn.proxies[4, 1]
         loss = loss_fn(x, labels)
         assert neighbors.last_reanchored == 1
         assert_close(loss, dense_reference(loss_fn, x, labels)[0], torch.float64)
@@ -331,10 +336,11 @@ def test_contracted_proxies_cost_at_most_about_the_dense_computation(name):
     assert loss_fn.neighbor_list.num_dense_builds >= 1
 
 
-def test_a_kept_dense_list_exceeds_the_work_bound():
-    """The bounds above can fail: a list kept however dense, with a fixed skin
-    (the behaviour before issue 16), evaluates every listed pair from its
-    coordinates."""
+def test_a_kept_dense_list_exceeds_the_work_bound(monkeypatch):
+    """The bounds above can fail: a list kept however dense, with a fixed skin,
+    whose every listed pair is evaluated from its coordinates (the behaviour
+    before issue 16: no separation filter)."""
+    monkeypatch.setattr(NeighborList, "_may_be_close", lambda self, displacements, cutoff: self.pairs)
     g = torch.Generator().manual_seed(1)
     loss_fn = make_loss("PFML", C=50, M=2, D=8)  # pair_cost 1: the list is always kept
     loss_fn.neighbor_list.adaptive_skin = False  # with the largest skin's radius

@@ -116,7 +116,7 @@ class NeighborList:
         return 8 + dim / 8
 
     def reset(self):
-        self.reference = self.pairs = self.clearance = self.previous = self.speed = None
+        self.reference = self.pairs = self.separation = self.clearance = self.previous = self.speed = None
         self.group_size = self.cutoff = self.max_skin = self.skin = None
 
     def update(self, points, group_size, cutoff, skin):
@@ -154,13 +154,22 @@ class NeighborList:
         while True:
             moved = self._beyond_allowance(displacements, cutoff)
             if not moved.any():
-                return self.pairs
+                return self._may_be_close(displacements, cutoff)
             if self.last_reanchored + moved.sum().item() > self.max_reanchored * len(points):
                 return self._build(points, self.group_size, cutoff, self.max_skin)
             self._reanchor(points, moved)
             if self.pairs.shape[1] > self.max_pairs(points):
                 return self._build(points, self.group_size, cutoff, self.max_skin)
             displacements = displacements.masked_fill(moved, 0.0)
+
+    def _may_be_close(self, displacements, cutoff):
+        """The listed pairs that may now be within the cutoff: a pair whose
+        reference distance is >= separation is now >= separation - disp_i -
+        disp_j apart (triangle inequality), so only pairs for which that is
+        below the cutoff are returned (1e-4 relative covers the rounding of the
+        displacements). The others add exact zeros and are not evaluated."""
+        moved = displacements[self.pairs[0]] + displacements[self.pairs[1]]
+        return self.pairs[:, self.separation - moved * (1 + 1e-4) < cutoff]
 
     def _beyond_allowance(self, displacements, cutoff):
         """The points to re-anchor: an unlisted pair (i, j) is now at least
@@ -200,7 +209,7 @@ class NeighborList:
         self.skin = self.choose_skin()
         self.clearance = torch.full((len(points),), float("inf"), dtype=points.dtype, device=points.device)
         everyone = torch.arange(len(points), device=points.device)
-        self.pairs, close = self._search(everyone, everyone.new_empty(0), self.max_pairs(points))
+        (self.pairs, self.separation), close = self._search(everyone, everyone.new_empty(0), self.max_pairs(points))
         self.num_builds += 1
         self.num_dense_builds += self.pairs is None
         self.last_reanchored = len(points)
@@ -250,8 +259,9 @@ class NeighborList:
         self.reference = torch.where(moved.unsqueeze(1), points, self.reference)
         self.clearance = self.clearance.masked_fill(moved, float("inf"))
         kept = ~(moved[self.pairs[0]] | moved[self.pairs[1]])
-        found, _ = self._search(anchored, (~moved).nonzero().squeeze(1))
+        (found, separation), _ = self._search(anchored, (~moved).nonzero().squeeze(1))
         self.pairs = torch.cat([self.pairs[:, kept], found], dim=1)
+        self.separation = torch.cat([self.separation[kept], separation])
         self.num_partial_rebuilds += 1
         self.num_reanchored += len(anchored)
         self.last_reanchored += len(anchored)
@@ -260,8 +270,9 @@ class NeighborList:
         """Pairs within the radius (by reference positions) with at least one
         point in ``rows``: each row against the later rows and all ``others``.
         Lowers the clearances of all points to the distances seen. Returns
-        those pairs (None once there are more than ``max_pairs``) and the pairs
-        within the cutoff."""
+        those pairs and a lower bound of each one's reference distance (None,
+        None once there are more than ``max_pairs``), and the pairs within the
+        cutoff."""
         order = torch.cat([rows, others])
         position = torch.empty_like(order)
         position[order] = torch.arange(len(order), device=order.device)
@@ -276,7 +287,7 @@ class NeighborList:
         siblings = position[(groups * self.group_size).unsqueeze(1) + offsets]
         nearest = torch.full((len(order),), float("inf"), dtype=ref.dtype, device=ref.device)
         step = self._block_rows(len(order))
-        found, close, num_found = [], [], 0
+        found, found_sq, close, num_found = [], [], [], 0
         for start in range(0, len(rows), step):
             stop = min(start + step, len(rows))
             # squared distances of rows start:stop to points start:, in the order
@@ -286,6 +297,7 @@ class NeighborList:
             keep = (col > row) & (groups[row + start] != groups[col + start])
             if found is not None:
                 found.append(torch.stack([row[keep], col[keep]]) + start)
+                found_sq.append(sq[row[keep], col[keep]])
                 num_found += found[-1].shape[1]
                 if max_pairs is not None and num_found > max_pairs:
                     found = None  # too dense to keep: only the pairs within the cutoff
@@ -300,7 +312,10 @@ class NeighborList:
             nearest[start:] = torch.minimum(nearest[start:], sq.amin(dim=0))
         lower_bound = (nearest - slack).clamp(min=0).sqrt()
         self.clearance[order] = torch.minimum(self.clearance[order], lower_bound)
-        return self._ordered(order, found), self._ordered(order, close)
+        if found is None:
+            return (None, None), self._ordered(order, close)
+        separation = (torch.cat(found_sq) - slack).clamp(min=0).sqrt() if found else ref.new_empty(0)
+        return (self._ordered(order, found), separation), self._ordered(order, close)
 
     @staticmethod
     def _ordered(order, found):
