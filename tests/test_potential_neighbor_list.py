@@ -353,9 +353,9 @@ def test_a_kept_dense_list_exceeds_the_work_bound(monkeypatch):
 
 def test_switches_between_list_and_dense_builds_stay_exact():
     """Proxies spread out (a sparse list is kept and followed), then clustered
-    (the list is dropped: builds every step), then spread again (the list is
-    kept again): equal to the dense reference at every step, including the
-    steps right after each switch."""
+    within the cutoff (the list is dropped: dense steps), then spread again
+    (the list is kept again): equal to the dense reference at every step,
+    including the steps right after each switch."""
     g = torch.Generator().manual_seed(23)
     C, M, D = 40, 2, 16
     loss_fn = scalable_loss("PFML", C, M, D)
@@ -374,9 +374,12 @@ def test_switches_between_list_and_dense_builds_stay_exact():
             loss = loss_fn(xg, labels)
             check_dense_reference(loss_fn, x, labels, loss, torch.autograd.grad(loss, [xg, loss_fn.proxies]))
             kept.append(neighbors.pairs is not None)
-    assert kept[:4] == [True] * 4 and kept[4:8] == [False] * 4 and kept[8:] == [True] * 4
-    # one build drops the list, dense steps follow, one of them sees it sparse again and builds
-    assert neighbors.num_dense_builds == 1 and neighbors.num_dense_steps == 4 and neighbors.num_builds == 3
+    # the jump into the cluster re-anchors every proxy: a build, which drops the list (its
+    # pairs within the cutoff alone exceed max_pairs); dense steps follow. The jump back is
+    # a dense step whose measured speed (the jump) is too fast for any list; the next step
+    # measures the slow motion again and builds.
+    assert kept == [True] * 4 + [False] * 5 + [True] * 3
+    assert neighbors.num_dense_builds == 1 and neighbors.num_dense_steps == 5 and neighbors.num_builds == 3
 
 
 def shell(n, dim, median, generator):
@@ -388,65 +391,88 @@ def shell(n, dim, median, generator):
     return torch.nn.functional.normalize(noise, dim=1)
 
 
-@pytest.mark.parametrize("name", LOSS_KWARGS)
-def test_contracted_proxies_without_close_pairs_keep_a_sparse_list(name):
+def contracted_run(loss_fn, speed, steps, generator, check=True):
     """Issue 16's measured case: trained proxies at a median pairwise distance
-    of ~0.6, none within the repulsion radius, moving a little per step. The
-    largest skin's radius covers every pair, so a fixed skin would search all
-    of them every step; the adaptive skin shrinks with the observed
-    displacements and keeps a sparse list: after the first steps, a step
-    searches far fewer entries than the dense computation's n^2 and evaluates
-    at most a sparse list's pairs. Exact against the dense path at every step."""
-    g = torch.Generator().manual_seed(5)
-    C, M, D = 60, 2, 128
-    loss_fn = scalable_loss(name, C, M, D, delta=0.3, repulsion_delta=0.4)
+    of ~0.6, none within the repulsion radius 0.4 but all within the largest
+    radius 0.8, each moving ``speed`` per step in a random direction. Returns
+    the entries searched and the pairs evaluated at each step (compared with
+    the dense path at every step if ``check``)."""
+    C, M, D = loss_fn.proxies.shape
     loss_fn.collect_stats = True
     n = C * M
-    points = shell(n, D, 0.6, g)
+    points = shell(n, D, 0.6, generator)
     distances = torch.pdist(points)
     assert 0.55 < distances.median() < 0.65 and distances.min() > 0.4
     assert (distances < 0.4 * (1 + loss_fn.neighbor_skin)).all()  # all within the largest radius
-    x = shell(12, D, 0.6, g)
-    labels = torch.randint(0, C, (12,), generator=g)
-    neighbors = loss_fn.neighbor_list
+    x = shell(12, D, 0.6, generator)
+    labels = torch.randint(0, C, (12,), generator=generator)
     searched, evaluated = [], []
-    for _ in range(12):
+    for _ in range(steps):
         with torch.no_grad():
             loss_fn.proxies.copy_(points.view(C, M, D))
         xg = x.clone().requires_grad_()
         loss = loss_fn(xg, labels)
-        check_dense_reference(loss_fn, x, labels, loss, torch.autograd.grad(loss, [xg, loss_fn.proxies]))
+        if check:
+            check_dense_reference(loss_fn, x, labels, loss, torch.autograd.grad(loss, [xg, loss_fn.proxies]))
         searched.append(loss_fn.num_searched_proxy_pairs)
         evaluated.append(loss_fn.num_evaluated_proxy_pairs)
-        step = torch.randn(n, D, generator=g, dtype=torch.float64)
-        points = torch.nn.functional.normalize(points + 0.002 * step / step.norm(dim=1, keepdim=True), dim=1)
-    max_pairs = neighbors.max_pairs(points)
+        step = torch.randn(n, D, generator=generator, dtype=torch.float64)
+        points = torch.nn.functional.normalize(points + speed * step / step.norm(dim=1, keepdim=True), dim=1)
+    return searched, evaluated
+
+
+def no_shrinking(monkeypatch):
+    """The behaviour before the shrinking radius: a build whose list would
+    exceed max_pairs gives the list up."""
+    monkeypatch.setattr(NeighborList, "_shrink", lambda self, found, found_sq, nearest, keep, slack: (None, None, 0.0))
+
+
+@pytest.mark.parametrize(
+    "adaptive, shrink, speed",
+    [(True, False, 0.002), (False, True, 0.002), (True, True, 0.01)],
+    ids=["adaptive-skin-alone", "shrinking-radius-alone", "both-fast-motion"],
+)
+@pytest.mark.parametrize("name", LOSS_KWARGS)
+def test_contracted_proxies_without_close_pairs_keep_a_sparse_list(monkeypatch, name, adaptive, shrink, speed):
+    """The largest skin's radius covers every pair, so a list of that radius
+    is too dense to keep. Each mechanism alone keeps a sparse list: the
+    adaptive skin (from the observed displacements, 0.002 per step: radius
+    ~0.43; the first build, before any motion was seen, gives the list up and
+    the next step builds again), or the build shrinking the radius until the
+    list fits max_pairs (a fixed skin; or motion too fast for the adaptive
+    skin to stay sparse, 0.01 per step: radius 0.56). After the first steps,
+    a step searches far fewer entries than the dense computation's n^2 and
+    evaluates at most a sparse list's pairs. Exact against the dense path at
+    every step."""
+    if not shrink:
+        no_shrinking(monkeypatch)
+    g = torch.Generator().manual_seed(5)
+    loss_fn = scalable_loss(name, 60, 2, 128, delta=0.3, repulsion_delta=0.4)
+    loss_fn.neighbor_list.adaptive_skin = adaptive
+    searched, evaluated = contracted_run(loss_fn, speed, 12, g)
+    neighbors, n = loss_fn.neighbor_list, 120
+    max_pairs = neighbors.max_pairs(torch.empty(n, 128))
     assert all(s <= 3 * n**2 for s in searched) and all(e <= max_pairs for e in evaluated)
     assert neighbors.pairs is not None and neighbors.skin < loss_fn.neighbor_skin * 0.4
+    assert (neighbors.num_builds, neighbors.num_dense_steps) == ((1, 0) if shrink else (2, 1))
     assert sum(searched[3:]) < n**2, searched  # the last 9 steps together: less than one dense search
 
 
-def test_a_fixed_skin_searches_every_pair_every_step_there():
-    """The check above can fail: without the adaptive skin, the same run
-    searches all pairs at every step."""
+@pytest.mark.parametrize(
+    "adaptive, speed", [(False, 0.002), (True, 0.01)], ids=["fixed-skin", "fast-motion"]
+)
+def test_without_shrinking_the_radius_every_step_searches_all_pairs(monkeypatch, adaptive, speed):
+    """The checks above can fail: with the radius never shrunk (a list over
+    max_pairs given up, the behaviour before), neither a fixed skin nor the
+    adaptive skin under fast motion keeps a sparse list, and every step
+    searches all pairs."""
+    no_shrinking(monkeypatch)
     g = torch.Generator().manual_seed(5)
-    C, M, D = 60, 2, 128
-    loss_fn = scalable_loss("PFML", C, M, D, delta=0.3, repulsion_delta=0.4)
-    loss_fn.neighbor_list.adaptive_skin = False
-    loss_fn.collect_stats = True
-    n = C * M
-    points = shell(n, D, 0.6, g)
-    x, labels = shell(12, D, 0.6, g), torch.randint(0, C, (12,), generator=g)
-    searched = []
-    for _ in range(6):
-        with torch.no_grad():
-            loss_fn.proxies.copy_(points.view(C, M, D))
-        loss_fn(x, labels)
-        searched.append(loss_fn.num_searched_proxy_pairs)
-        step = torch.randn(n, D, generator=g, dtype=torch.float64)
-        points = torch.nn.functional.normalize(points + 0.002 * step / step.norm(dim=1, keepdim=True), dim=1)
+    loss_fn = scalable_loss("PFML", 60, 2, 128, delta=0.3, repulsion_delta=0.4)
+    loss_fn.neighbor_list.adaptive_skin = adaptive
+    searched, _ = contracted_run(loss_fn, speed, 6, g, check=False)
     assert loss_fn.neighbor_list.pairs is None
-    assert sum(searched[3:]) >= n**2
+    assert all(s >= 120**2 / 2 for s in searched[3:]), searched
 
 
 def test_a_proxy_moving_alone_uses_its_whole_allowance():

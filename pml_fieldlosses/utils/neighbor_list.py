@@ -49,34 +49,43 @@ class NeighborList:
     computation. The caller then computes the exact distance of every returned
     pair from its coordinates, which costs about ``pair_cost`` matrix-product
     entries per pair (gathering rows is memory-bound; set by the dimension).
-    A list is only worth keeping while it is sparse: a build keeps it only if it
-    holds at most n (n - 1) / 2 / pair_cost pairs (otherwise the points are
-    clustered within the radius, as trained proxies are, and the list is
-    dropped); re-anchoring searches each point at most once per update (at
-    most n^2 entries in all) and builds from scratch if the list outgrows that
-    size. A build returns not the list but the pairs within ``cutoff`` of the
-    current positions (read off the same matrix products), so an update costs
-    at most about two or three dense searches' entries, and pair_cost per
-    returned pair: the list when it is sparse, the pairs within the cutoff
-    after a build. An update that would re-anchor more than half of the
-    points (``max_reanchored``) builds instead: one search of every pair,
-    which also chooses the skin again.
+    A list is only worth keeping while it is sparse: it holds at most
+    ``max_pairs`` = n (n - 1) / 2 / pair_cost pairs. A build whose pairs within
+    the radius would exceed that *shrinks the skin* as it goes (to the radius
+    that keeps the closest max_pairs / 2 pairs, the clearances of the dropped
+    pairs' points lowered to their distances), so trained proxies that cluster
+    around the cutoff (most pairs within cutoff + skin, few within the cutoff)
+    keep a list of a smaller radius instead of losing it. Re-anchoring searches
+    each point at most once per update (at most n^2 entries in all) and builds
+    from scratch if the list outgrows ``max_pairs``. A build returns not the
+    list but the pairs within ``cutoff`` of the current positions (read off the
+    same matrix products), so an update costs at most about two or three dense
+    searches' entries, and pair_cost per returned pair: the list's pairs that
+    may now be within the cutoff, or the pairs within the cutoff after a build.
+    An update that would re-anchor more than half of the points
+    (``max_reanchored``) builds instead: one search of every pair, which also
+    chooses the skin again.
 
-    Dense mode. Without a kept list, an update is a *dense step*: one blocked
-    search of the current positions that returns the pairs within the cutoff
-    and only counts the pairs within the radius (no list, no clearances:
-    n (n - 1) / 2 entries and pair_cost per pair within the cutoff, the
-    dense computation's cost). Once that count shows the list would be
-    sparse again, the next update builds and keeps it.
+    Dense mode. A list whose skin would be too small for the points' motion (a
+    point at the observed speed would be re-anchored within ``min_steps``
+    updates, see below) is dropped: an update is then a *dense step*, one
+    blocked search of the current positions that returns the pairs within the
+    cutoff (no list, no clearances: n (n - 1) / 2 entries and pair_cost per
+    pair within the cutoff, the dense computation's cost). It also counts the
+    pairs by distance between the cutoff and cutoff + skin (a histogram read
+    off the same products); once the largest skin whose list fits
+    ``max_pairs`` is large enough for the motion again, it builds and keeps
+    the list.
 
-    Adaptive skin. ``skin`` is the largest skin; each build chooses
+    Adaptive skin. ``skin`` is the largest skin; each build starts from
     ``2 * target_steps * speed`` within [skin / 16, skin], speed being the
-    90th percentile of the points' displacements since the previous update:
-    points that move little get a small radius, so the list stays sparse
-    while they cluster, and a point moving at that speed is re-anchored about
-    every ``target_steps`` updates. The skin changes only how much work is
-    done, never the result (the clearances and displacements prove every
-    unlisted pair out of the cutoff whatever the skin).
+    90th percentile of the points' displacements since the previous update
+    (points that move little get a small radius, so the list stays sparse),
+    and shrinks it further if the list would exceed ``max_pairs``; a list
+    whose skin ends below ``2 * min_steps * speed`` is not kept. The skin
+    changes only how much work is done, never the result (the clearances and
+    displacements prove every unlisted pair out of the cutoff whatever the
+    skin).
 
     ``last_searched`` (matrix-product entries) and ``last_returned`` (pairs)
     count the work of the last update. The first call, or any change of the
@@ -91,8 +100,12 @@ class NeighborList:
 
     # the adaptive skin lets a point at the typical speed go about this many updates
     target_steps = 8
+    # a list is kept only if its skin lets a point at the typical speed go this many updates
+    min_steps = 2
     # an update that would re-anchor more than this fraction of the points builds instead
     max_reanchored = 0.5
+    # resolution of the pair counts by distance in dense steps
+    skin_bins = 64
 
     def __init__(self, chunk_entries=2**22, pair_cost=None, adaptive_skin=True):
         self.chunk_entries = chunk_entries
@@ -100,7 +113,7 @@ class NeighborList:
         self.adaptive_skin = adaptive_skin
         self.reset()
         self.num_builds = 0  # full searches
-        self.num_dense_builds = 0  # full searches whose list was too dense to keep
+        self.num_dense_builds = 0  # full searches whose list was not kept
         self.num_dense_steps = 0  # updates without a kept list: one search at the cutoff
         self.num_partial_rebuilds = 0  # searches for a subset of re-anchored points
         self.num_reanchored = 0  # points re-anchored by partial rebuilds, in total
@@ -145,9 +158,17 @@ class NeighborList:
         self.speed = step.kthvalue(max(1, (9 * len(step) + 9) // 10)).values.item()
 
     def choose_skin(self):
+        """The skin a build starts from (see Adaptive skin)."""
         if not self.adaptive_skin or self.speed is None:
             return self.max_skin
         return min(self.max_skin, max(self.max_skin / 16, 2 * self.target_steps * self.speed))
+
+    def smallest_skin(self):
+        """The smallest skin worth keeping a list for: a point at the observed
+        speed stays within its allowance for ``min_steps`` updates."""
+        if not self.adaptive_skin or self.speed is None:
+            return 0.0
+        return 2 * self.min_steps * self.speed
 
     def _follow(self, points, cutoff):
         displacements = torch.linalg.vector_norm(points - self.reference, dim=1)
@@ -217,26 +238,34 @@ class NeighborList:
 
     def _dense_step(self, points):
         """The pairs within the cutoff of the current positions, in blocks;
-        builds (and keeps the list) instead once the pairs within the radius
-        of the skin now chosen fit in a kept list."""
+        builds (and keeps the list) instead once the largest skin whose pairs
+        fit in a kept list is at least ``smallest_skin`` (the pairs are
+        counted by distance, between the cutoff and the largest radius)."""
         n, groups = len(points), torch.arange(len(points), device=points.device) // self.group_size
         slack = squared_distance_slack(points)
         close_threshold = self.cutoff**2 + slack
-        radius_threshold = (self.cutoff + self.choose_skin()) ** 2 + slack
+        # squared distances from the cutoff to the largest radius, in skin_bins equal steps of the skin
+        radii = self.cutoff + self.max_skin * torch.arange(self.skin_bins + 1, dtype=torch.float64) / self.skin_bins
+        edges = (radii**2 + slack).tolist()
+        counts = torch.zeros(self.skin_bins, dtype=torch.float64, device=points.device)
         left, right = self._augmented(points)
         step = self._block_rows(n)
-        close, within_radius = [], 0
+        close = []
         for start in range(0, n, step):
             sq = left[start : start + step] @ right[start:].T
             self.last_searched += sq.numel()
             # the upper triangle: row start + r against column start + c with c > r
             upper = torch.ones_like(sq, dtype=torch.bool).triu(diagonal=1)
-            within_radius += ((sq < radius_threshold) & upper).sum().item()
             row, col = ((sq < close_threshold) & upper).nonzero().unbind(1)
             keep = groups[row + start] != groups[col + start]
             close.append(torch.stack([row[keep], col[keep]]) + start)
+            # the pairs within the cutoff count in the first bin
+            sq = sq.masked_fill(~upper, float("inf")).clamp(min=edges[0])
+            counts += torch.histc(sq, self.skin_bins, edges[0], edges[-1])
         self.num_dense_steps += 1
-        if within_radius <= self.max_pairs(points):
+        fits = torch.cumsum(counts, 0) <= self.max_pairs(points)
+        largest = radii[1:][fits.cpu()].max().item() - self.cutoff if fits.any() else 0.0
+        if largest > 0 and min(largest, self.choose_skin()) >= self.smallest_skin():
             return self._build(points, self.group_size, self.cutoff, self.max_skin)
         return torch.cat(close, dim=1)
 
@@ -270,9 +299,11 @@ class NeighborList:
         """Pairs within the radius (by reference positions) with at least one
         point in ``rows``: each row against the later rows and all ``others``.
         Lowers the clearances of all points to the distances seen. Returns
-        those pairs and a lower bound of each one's reference distance (None,
-        None once there are more than ``max_pairs``), and the pairs within the
-        cutoff."""
+        those pairs and a lower bound of each one's reference distance, and,
+        with ``max_pairs`` (a build), the pairs within the cutoff. With
+        ``max_pairs``, a radius that would hold more pairs shrinks on the way
+        (``_shrink``), and the list is given up (None, None) once its skin is
+        below ``smallest_skin``."""
         order = torch.cat([rows, others])
         position = torch.empty_like(order)
         position[order] = torch.arange(len(order), device=order.device)
@@ -287,7 +318,7 @@ class NeighborList:
         siblings = position[(groups * self.group_size).unsqueeze(1) + offsets]
         nearest = torch.full((len(order),), float("inf"), dtype=ref.dtype, device=ref.device)
         step = self._block_rows(len(order))
-        found, found_sq, close, num_found = [], [], [], 0
+        found, found_sq, close = [], [], []
         for start in range(0, len(rows), step):
             stop = min(start + step, len(rows))
             # squared distances of rows start:stop to points start:, in the order
@@ -298,9 +329,6 @@ class NeighborList:
             if found is not None:
                 found.append(torch.stack([row[keep], col[keep]]) + start)
                 found_sq.append(sq[row[keep], col[keep]])
-                num_found += found[-1].shape[1]
-                if max_pairs is not None and num_found > max_pairs:
-                    found = None  # too dense to keep: only the pairs within the cutoff
             if max_pairs is not None:
                 near = keep & (sq[row, col] < close_threshold)
                 close.append(torch.stack([row[near], col[near]]) + start)
@@ -310,12 +338,33 @@ class NeighborList:
             sq[sibling_rows, sibling_cols] = float("inf")
             nearest[start:stop] = torch.minimum(nearest[start:stop], sq.amin(dim=1))
             nearest[start:] = torch.minimum(nearest[start:], sq.amin(dim=0))
+            if found is not None and max_pairs is not None and sum(map(len, found_sq)) > max_pairs:
+                found, found_sq, threshold = self._shrink(found, found_sq, nearest, max_pairs // 2, slack)
+            if found is None:
+                # no list: only the pairs within the cutoff are extracted from now on
+                threshold = close_threshold
         lower_bound = (nearest - slack).clamp(min=0).sqrt()
         self.clearance[order] = torch.minimum(self.clearance[order], lower_bound)
         if found is None:
             return (None, None), self._ordered(order, close)
         separation = (torch.cat(found_sq) - slack).clamp(min=0).sqrt() if found else ref.new_empty(0)
         return (self._ordered(order, found), separation), self._ordered(order, close)
+
+    def _shrink(self, found, found_sq, nearest, keep, slack):
+        """The pairs found so far, cut to the ``keep`` closest ones: the radius
+        (and ``skin``) shrink to the distance of the first dropped pair, and the
+        dropped pairs' points lower their ``nearest`` (unlisted) distances.
+        Returns the kept pairs and distances, and the new squared threshold;
+        (None, None, threshold) when the skin falls below ``smallest_skin``."""
+        pairs, sq = torch.cat(found, dim=1), torch.cat(found_sq)
+        threshold = sq.kthvalue(keep + 1).values.item() if keep < len(sq) else sq.max().item()
+        dropped = sq >= threshold
+        for ends in pairs[:, dropped]:
+            nearest.scatter_reduce_(0, ends, sq[dropped], "amin")
+        self.skin = max(threshold - slack, 0.0) ** 0.5 - self.cutoff
+        if self.skin < max(self.smallest_skin(), 1e-6 * self.cutoff):
+            return None, None, threshold
+        return [pairs[:, ~dropped]], [sq[~dropped]], threshold
 
     @staticmethod
     def _ordered(order, found):
