@@ -1,38 +1,43 @@
-"""Amortised step time of PotentialFieldLoss / ContrastivePotentialLoss next to
-PML's ProxyAnchorLoss along a training trajectory in which the proxies contract
-(issue 16), at the start, middle and end of the run, for several numbers of
-classes (M = 2 proxies per class).
+"""Step time of PotentialFieldLoss / ContrastivePotentialLoss next to PML's
+ProxyAnchorLoss along real training trajectories, in which the proxies
+contract (issue 16): at the start, middle and end of a run, for several numbers
+of classes (M = 2 proxies per class).
 
-    python benchmarks/bench_potential_training.py                      # N = 400, 2000, 11318
-    python benchmarks/bench_potential_training.py --num-classes 400 --window 8
+    python benchmarks/bench_potential_training.py                       # N = 400, 2000 (~15 min on 2 cores)
+    python benchmarks/bench_potential_training.py --num-classes 11318   # SOP scale (hours on 2 cores)
+    python benchmarks/bench_potential_training.py --num-classes 400 --data easy --steps 1500
 
-Data (self-contained, fixed): features = a common mean + a class centre in a
-low-dimensional subspace (rank 16) + noise, as real (post-ReLU) features are,
-so the embeddings of a linear trunk fill a small cone of the sphere. Training
-steps draw a batch (B/4 classes x 4 samples) and update a trunk and the loss's
-proxies (Adam, lr 5e-4 and 5e-2 = 100x, as in the paper); each loss has its
-own trunk and optimisers and is timed on the same batches, interleaved in one
-process. A real run takes thousands of steps to contract its proxies (issue
-16 measured a median pairwise distance of 1.41 at the start and 0.61 at epoch
-26 on 400 classes); this script gets there in seconds: before the "middle"
-and "end" stages, an Adam loop pulls each normalised proxy towards its class's
-embedding (the mean of the class's features through the trunk) until the
-median pairwise proxy distance reaches 1.0 and then 0.61. That pull is not
-training: the trainer's Adam state still holds the moments of the steps
-before it, which carry every proxy by ~0.02-0.05 per step for the next ~15
-steps (a transient no real run has), so each stage first runs ``--settle``
-ordinary training steps (untimed; 20 by default, 0 times the transient), then
-times a window of ordinary training steps. Printed per stage: the mean time
-of forward + backward of the loss (neighbour list maintenance included) and
-its ratio to ProxyAnchorLoss, how the proxy pairs were found at those steps
-(``list``: a kept Verlet list was followed; ``dense``: a dense blocked search
-at the cutoff, the list being too dense to keep; ``build``: a search of all
-pairs that (re)built the list; ``all``: the loss's dense path, for point sets
-this small), the skin of the last build, the median
-pairwise distance of the normalised proxies (sampled), the median and 90th
-percentile of the proxies' displacement per timed step, and the process's
-peak memory (resident set; every scale of one invocation runs in the same
-process, so it is the peak so far).
+Every step is an ordinary training step: nothing moves the proxies but the
+loss's own optimiser, from their random start until they have contracted
+(their median pairwise distance falls from 1.41 to 0.6-0.8, as in issue 16's
+real run). Data (self-contained, fixed): features = a common mean + a class
+centre in a low-dimensional subspace (rank 16) + noise, as real (post-ReLU)
+features are, through a linear trunk, so the embeddings fill a small cone of
+the sphere. ``--data hard`` (default): classes overlap (centres 1/8 apart,
+noise 1.0) and 10 % of the training labels are wrong, so the loss never runs
+out of violated pairs and the contracted proxies keep moving, pressed
+against each other's repulsion radius (the costly case for an exact
+method); ``--data easy``: well separated classes (centres 1/4 apart, noise
+0.5, clean labels), whose proxies come to rest once every pair is on its
+plateau. Each step draws a batch (B/4 classes x 4 samples) and updates a
+trunk and the loss's proxies (Adam, lr 5e-4 and 5e-2 = 100x, as in the
+paper); each potential loss has its own trunk and optimisers. ProxyAnchorLoss
+(its own trunk and proxies) is timed on the same batches in the timed windows
+only: its cost does not depend on where its proxies are.
+
+Timed windows: ``--window`` steps at the start (after the first step, the
+first full search), in the middle and at the end of ``--steps`` training
+steps. Printed per stage: the mean time of forward + backward of the loss
+(neighbour list maintenance included) and its ratio to ProxyAnchorLoss in
+the same window, how the proxy pairs were found at those steps (``list``: a
+kept Verlet list was followed; ``dense``: a dense blocked search at the
+cutoff; ``build``: a search of all pairs that (re)built the list; ``all``: the
+loss's dense path, for point sets this small), the proxy-pair work per step
+as a fraction of one dense search of all pairs (entries searched plus
+pair_cost per pair evaluated from coordinates), the median pairwise distance
+of the normalised proxies, the median and 90th percentile of the proxies'
+displacement per step, and the process's peak memory (resident set; the
+scales of one invocation run in the same process, so it is the peak so far).
 """
 
 import argparse
@@ -45,28 +50,19 @@ import torch
 from pytorch_metric_learning import losses as pml_losses
 
 from pml_fieldlosses import losses
+from pml_fieldlosses.utils.neighbor_list import NeighborList
+
+DATA = {
+    "hard": {"centre_scale": 1 / 8, "noise": 1.0, "label_noise": 0.1},
+    "easy": {"centre_scale": 1 / 4, "noise": 0.5, "label_noise": 0.0},
+}
+# training steps per scale: enough for the proxies to contract on the hard data
+DEFAULT_STEPS = {400: 1500, 2000: 3000, 11318: 6000}
 
 
-def median_proxy_distance(loss_fn, generator, samples=20000):
-    proxies = loss_fn.proxies
-    flat = torch.nn.functional.normalize(proxies.detach().reshape(-1, proxies.shape[-1]), dim=1)
-    i = torch.randint(0, len(flat), (samples,), generator=generator)
-    j = torch.randint(0, len(flat), (samples,), generator=generator)
-    keep = i != j
-    return torch.linalg.vector_norm(flat[i[keep]] - flat[j[keep]], dim=1).median().item()
-
-
-def contract(loss_fn, targets, median, generator):
-    """Adam on the proxies only: pull each normalised proxy towards its class's
-    target direction until the median pairwise proxy distance is <= median."""
-    optimizer = torch.optim.Adam(loss_fn.parameters(), lr=0.05)
-    for _ in range(500):
-        if median_proxy_distance(loss_fn, generator) <= median:
-            return
-        optimizer.zero_grad()
-        directions = torch.nn.functional.normalize(loss_fn.proxies, dim=-1)
-        (directions - targets.unsqueeze(1)).pow(2).sum().backward()
-        optimizer.step()
+def default_steps(num_classes):
+    known = [n for n in sorted(DEFAULT_STEPS) if n >= num_classes]
+    return DEFAULT_STEPS[known[0]] if known else DEFAULT_STEPS[max(DEFAULT_STEPS)]
 
 
 def normalised_proxies(loss_fn):
@@ -74,144 +70,192 @@ def normalised_proxies(loss_fn):
     return torch.nn.functional.normalize(proxies.reshape(-1, proxies.shape[-1]), dim=1)
 
 
+def median_proxy_distance(loss_fn, samples=20000):
+    flat = normalised_proxies(loss_fn)
+    generator = torch.Generator().manual_seed(0)
+    i = torch.randint(0, len(flat), (samples,), generator=generator)
+    j = torch.randint(0, len(flat), (samples,), generator=generator)
+    keep = i != j
+    return torch.linalg.vector_norm(flat[i[keep]] - flat[j[keep]], dim=1).median().item()
+
+
 def peak_memory_gb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
 
 
-def training_step(runs, C, B, D_in, mean, centres, g, timed):
-    """One ordinary training step of every loss on the same batch (B / 4
-    classes x 4 samples); if ``timed``, records the loss's forward + backward
-    time, how its proxy pairs were found and its proxies' displacements."""
-    classes = torch.randperm(C, generator=g)[: B // 4]
-    labels = classes.repeat_interleave(4)
-    inputs = mean + centres[labels] + 0.5 * torch.randn(B, D_in, generator=g)
-    for run in runs.values():
-        embeddings = run["model"](inputs)
-        run["opt"].zero_grad()
-        run["loss_opt"].zero_grad()
+class Data:
+    """Synthetic class-structured features and the batches drawn from them."""
+
+    def __init__(self, num_classes, input_size, batch_size, kind, generator):
+        settings = DATA[kind]
+        basis = torch.randn(16, input_size, generator=generator)
+        self.centres = torch.randn(num_classes, 16, generator=generator) @ basis * settings["centre_scale"]
+        self.mean = 3 * torch.randn(input_size, generator=generator)
+        self.noise, self.label_noise = settings["noise"], settings["label_noise"]
+        self.num_classes, self.batch_size, self.generator = num_classes, batch_size, generator
+
+    def batch(self):
+        g = self.generator
+        classes = torch.randperm(self.num_classes, generator=g)[: self.batch_size // 4]
+        labels = classes.repeat_interleave(4)
+        inputs = (
+            self.mean
+            + self.centres[labels]
+            + self.noise * torch.randn(len(labels), len(self.mean), generator=g)
+        )
+        wrong = torch.rand(len(labels), generator=g) < self.label_noise
+        labels = torch.where(wrong, torch.randint(0, self.num_classes, (len(labels),), generator=g), labels)
+        return inputs, labels
+
+
+class Run:
+    """One loss with its own trunk and optimisers, and what its timed steps measured."""
+
+    def __init__(self, loss_fn, trunk, args):
+        self.loss_fn, self.trunk = loss_fn, trunk
+        self.optimizer = torch.optim.Adam(trunk.parameters(), lr=args.trunk_lr)
+        self.loss_optimizer = torch.optim.Adam(loss_fn.parameters(), lr=args.trunk_lr * args.proxy_lr_factor)
+        self.neighbors = getattr(loss_fn, "neighbor_list", None)
+        self.times, self.modes, self.moves, self.work = [], [], [], []
+
+    def step(self, inputs, labels, timed):
+        """One training step; if ``timed``, records the loss's forward + backward
+        time, how its proxy pairs were found and its proxies' displacements."""
+        embeddings = self.trunk(inputs)
+        self.optimizer.zero_grad()
+        self.loss_optimizer.zero_grad()
         start = time.perf_counter()
-        loss = run["loss_fn"](embeddings, labels)
+        loss = self.loss_fn(embeddings, labels)
         loss.backward()
         seconds = time.perf_counter() - start
-        nl = getattr(run["loss_fn"], "neighbor_list", None)
-        before = normalised_proxies(run["loss_fn"]) if nl is not None and timed else None
-        run["opt"].step()
-        run["loss_opt"].step()
+        before = normalised_proxies(self.loss_fn) if timed and self.neighbors is not None else None
+        self.optimizer.step()
+        self.loss_optimizer.step()
         if not timed:
-            continue
-        run["times"].append(seconds)
-        if nl is not None:
-            run["displacements"].append(torch.linalg.vector_norm(normalised_proxies(run["loss_fn"]) - before, dim=1))
-            if nl.reference is None:
-                run["modes"].append("all")  # small enough for the loss's dense path
-            elif nl.last_reanchored == len(nl.reference):
-                run["modes"].append("build")
-            else:
-                run["modes"].append("list" if nl.pairs is not None else "dense")
+            return
+        self.times.append(seconds)
+        if self.neighbors is not None:
+            self.moves.append(torch.linalg.vector_norm(normalised_proxies(self.loss_fn) - before, dim=1))
+            self.modes.append(self.mode())
+            self.work.append(self.proxy_pair_work())
+
+    def mode(self):
+        nl = self.neighbors
+        if nl.reference is None:
+            return "all"  # small enough for the loss's dense path
+        if nl.last_reanchored == len(nl.reference):
+            return "build"
+        return "list" if nl.pairs is not None else "dense"
+
+    def proxy_pair_work(self):
+        """The last step's proxy-pair work as a fraction of one dense search."""
+        nl = self.neighbors
+        if nl.reference is None:
+            return 1.0
+        n, dim = nl.reference.shape
+        pair_cost = nl.pair_cost if nl.pair_cost is not None else NeighborList.default_pair_cost(dim)
+        return (nl.last_searched + pair_cost * nl.last_returned) / (n * (n - 1) / 2)
 
 
 def run_scale(args, C, g):
     B, D, D_in = args.batch_size, args.embedding_size, args.input_size
-    basis = torch.randn(16, D_in, generator=g)
-    centres = torch.randn(C, 16, generator=g) @ basis / 4
-    mean = 3 * torch.randn(D_in, generator=g)
+    steps = args.steps or default_steps(C)
+    W = min(args.window, steps // 3)
+    data = Data(C, D_in, B, args.data, g)
     trunk = torch.nn.Linear(D_in, D)
     builders = {
-        "ProxyAnchor": lambda: pml_losses.ProxyAnchorLoss(C, D),
         "PFML": lambda: losses.PotentialFieldLoss(C, D, proxies_per_class=2, delta=args.delta),
         "CPML": lambda: losses.ContrastivePotentialLoss(C, D, proxies_per_class=2, delta=args.delta),
     }
-    runs = {}
-    for name in ["ProxyAnchor"] + args.losses:
-        model, loss_fn = copy.deepcopy(trunk), builders[name]()
-        runs[name] = dict(
-            model=model,
-            loss_fn=loss_fn,
-            opt=torch.optim.Adam(model.parameters(), lr=args.trunk_lr),
-            loss_opt=torch.optim.Adam(loss_fn.parameters(), lr=args.trunk_lr * args.proxy_lr_factor),
-            times=[],
-            modes=[],
-            displacements=[],
-            median=[median_proxy_distance(loss_fn, g)] if name != "ProxyAnchor" else [],
-        )
-    W = args.window
-    for stage in range(3):
-        if stage > 0:
-            for name in args.losses:
-                run = runs[name]
-                with torch.no_grad():
-                    targets = torch.nn.functional.normalize(run["model"](mean + centres), dim=1)
-                contract(run["loss_fn"], targets, 1.0 if stage == 1 else 0.61, g)
-            for _ in range(args.settle):
-                training_step(runs, C, B, D_in, mean, centres, g, timed=False)
-            for name in args.losses:
-                runs[name]["median"].append(median_proxy_distance(runs[name]["loss_fn"], g))
-        for _ in range(W):
-            training_step(runs, C, B, D_in, mean, centres, g, timed=True)
-    # the first step of the start (the first full build) is left out
-    stages = {"start": slice(1, W), "middle": slice(W, 2 * W), "end": slice(2 * W, 3 * W)}
-    reference = {stage: statistics.mean(runs["ProxyAnchor"]["times"][s]) for stage, s in stages.items()}
+    runs = {name: Run(builders[name](), copy.deepcopy(trunk), args) for name in args.losses}
+    reference = Run(pml_losses.ProxyAnchorLoss(C, D), copy.deepcopy(trunk), args)
+    windows = {
+        "start": range(1, 1 + W),
+        "middle": range(steps // 2, steps // 2 + W),
+        "end": range(steps - W, steps),
+    }
+    medians = {name: {} for name in runs}
+    started = time.perf_counter()
+    for step in range(steps):
+        inputs, labels = data.batch()
+        timed = any(step in window for window in windows.values())
+        if timed:
+            reference.step(inputs, labels, timed=True)
+        for run in runs.values():
+            run.step(inputs, labels, timed)
+        for stage, window in windows.items():
+            if step == window[0]:
+                for name, run in runs.items():
+                    medians[name][stage] = median_proxy_distance(run.loss_fn)
+    elapsed = time.perf_counter() - started
+    stages = {stage: slice(i * W, (i + 1) * W) for i, stage in enumerate(windows)}
+    reference_ms = {stage: 1e3 * statistics.mean(reference.times[s]) for stage, s in stages.items()}
+    cells = [f"{stage} {ms:6.0f} ms x 1.00" for stage, ms in reference_ms.items()]
+    print(f"N={C:<6} {'ProxyAnchor':<12} " + " | ".join(cells), flush=True)
     for name, run in runs.items():
         cells = []
         for stage, s in stages.items():
-            seconds = statistics.mean(run["times"][s])
-            cell = f"{stage} {seconds * 1e3:6.0f} ms x{seconds / reference[stage]:5.2f}"
-            if run["modes"]:
-                modes = run["modes"][s]
-                cell += " (" + ", ".join(f"{m} {modes.count(m)}" for m in ["list", "dense", "build", "all"] if m in modes)
-                moved = torch.cat(run["displacements"][s])
-                cell += f"; moves {moved.median():.4f}/{moved.quantile(0.9):.4f})"
-            cells.append(cell)
+            ms = 1e3 * statistics.mean(run.times[s])
+            modes = run.modes[s]
+            moved = torch.cat(run.moves[s])
+            cells.append(
+                f"{stage} {ms:6.0f} ms x{ms / reference_ms[stage]:5.2f} ("
+                + ", ".join(f"{m} {modes.count(m)}" for m in ["list", "dense", "build", "all"] if m in modes)
+                + f"; work {statistics.mean(run.work[s]):.3f}; median {medians[name][stage]:.2f}"
+                + f"; moves {moved.median():.4f}/{moved.quantile(0.9):.4f})"
+            )
         print(f"N={C:<6} {name:<12} " + " | ".join(cells), flush=True)
-    for name in args.losses:
-        nl = runs[name]["loss_fn"].neighbor_list
+    for name, run in runs.items():
+        nl = run.neighbors
         skin = f"last skin {nl.skin:.3f} (largest {nl.max_skin:.3f})" if nl.skin is not None else "no list"
         print(
-            f"N={C:<6} {name:<12} median proxy distance at the stages "
-            f"{', '.join(f'{m:.2f}' for m in runs[name]['median'])}; {skin}; "
-            f"peak memory so far {peak_memory_gb():.2f} GB",
+            f"N={C:<6} {name:<12} {steps} steps; {skin}; {nl.num_builds} builds ({nl.num_dense_builds} not kept), "
+            f"{nl.num_dense_steps} dense steps, {nl.num_partial_rebuilds} partial re-anchors",
             flush=True,
         )
+    print(
+        f"N={C:<6} {elapsed:.0f} s for this scale; peak memory so far {peak_memory_gb():.2f} GB", flush=True
+    )
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--num-classes", type=int, nargs="+", default=[400, 2000, 11318])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--num-classes", type=int, nargs="+", default=[400, 2000])
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help=f"training steps per scale (default: {DEFAULT_STEPS}, enough for the proxies to contract)",
+    )
+    parser.add_argument("--window", type=int, default=20, help="timed training steps per stage")
+    parser.add_argument("--data", choices=sorted(DATA), default="hard")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--embedding-size", type=int, default=512)
     parser.add_argument("--input-size", type=int, default=256)
     parser.add_argument("--delta", type=float, default=0.4, help="the bench's PFML/CPML delta")
-    parser.add_argument("--window", type=int, default=5, help="training steps per stage")
-    parser.add_argument(
-        "--settle",
-        type=int,
-        default=20,
-        help="untimed training steps after each contraction (0: time the transient right after it)",
-    )
-    parser.add_argument(
-        "--sop-window", type=int, default=None, help="training steps per stage at N >= 10000 (default: --window)"
-    )
     parser.add_argument("--trunk-lr", type=float, default=5e-4)
     parser.add_argument("--proxy-lr-factor", type=float, default=100.0)
     parser.add_argument("--losses", nargs="+", default=["PFML", "CPML"], choices=["PFML", "CPML"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: torch's; 1 on a shared, busy machine)"
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: torch's; 1 on a shared, busy machine)",
     )
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
     print(
-        f"B={args.batch_size} D={args.embedding_size} M=2 delta={args.delta} "
-        f"steps per stage={args.window} settle={args.settle} threads={torch.get_num_threads()}",
+        f"B={args.batch_size} D={args.embedding_size} M=2 delta={args.delta} data={args.data} "
+        f"window={args.window} threads={torch.get_num_threads()}",
         flush=True,
     )
     for C in args.num_classes:
-        scale_args = copy.copy(args)
-        if C >= 10000 and args.sop_window is not None:
-            scale_args.window = args.sop_window
-            print(f"N={C}: {args.sop_window} training steps per stage (--sop-window)", flush=True)
-        run_scale(scale_args, C, torch.Generator().manual_seed(args.seed))
+        run_scale(args, C, torch.Generator().manual_seed(args.seed))
 
 
 if __name__ == "__main__":

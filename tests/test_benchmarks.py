@@ -10,7 +10,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def test_potential_training_prints_a_ratio_per_stage_and_loss():
-    args = "--num-classes 40 300 --batch-size 32 --embedding-size 16 --input-size 16 --window 3 --settle 2 --threads 1"
+    args = "--num-classes 40 300 --steps 60 --batch-size 32 --embedding-size 16 --input-size 16 --window 3 --threads 1"
     out = subprocess.run(
         [sys.executable, str(BENCHMARKS / "bench_potential_training.py"), *args.split()],
         capture_output=True,
@@ -24,6 +24,6 @@ def test_potential_training_prints_a_ratio_per_stage_and_loss():
             ratios = re.findall(r"x\s*([0-9.]+)", line)
             assert len(ratios) == 3 and all(float(r) > 0 for r in ratios), line
             if name != "ProxyAnchor":
-                assert line.count("moves") == 3, line
+                assert line.count("moves") == 3 and line.count("median") == 3, line
     # N = 300 is past the dense path: the neighbour list is used and its skin printed
-    assert re.search(r"N=300\s+PFML\s+median proxy distance .* last skin", out), out
+    assert re.search(r"N=300\s+PFML\s+60 steps; last skin", out), out

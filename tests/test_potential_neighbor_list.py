@@ -136,7 +136,14 @@ def two_proxies(gap):
     ``gap`` apart and far from the unit sphere; repulsion_delta 0.3, skin 0.3:
     the pair is listed iff gap < 0.6."""
     loss_fn = losses.PotentialFieldLoss(
-        2, 2, proxies_per_class=1, delta=0.2, alpha=4.0, repulsion_delta=0.3, normalize_proxies=False, dense=False
+        2,
+        2,
+        proxies_per_class=1,
+        delta=0.2,
+        alpha=4.0,
+        repulsion_delta=0.3,
+        normalize_proxies=False,
+        dense=False,
     ).double()
     loss_fn.neighbor_list.pair_cost = 1  # keep the list of this one pair
     loss_fn.neighbor_list.max_reanchored = 1.0  # re-anchor both rather than build
@@ -369,7 +376,9 @@ def test_switches_between_list_and_dense_builds_stay_exact():
     for phase in [spread_out, clustered, spread_out]:
         for step in range(4):
             with torch.no_grad():
-                loss_fn.proxies.copy_(phase + 0.003 * step * torch.randn(C, M, D, generator=g, dtype=torch.float64))
+                loss_fn.proxies.copy_(
+                    phase + 0.003 * step * torch.randn(C, M, D, generator=g, dtype=torch.float64)
+                )
             xg = x.clone().requires_grad_()
             loss = loss_fn(xg, labels)
             check_dense_reference(loss_fn, x, labels, loss, torch.autograd.grad(loss, [xg, loss_fn.proxies]))
@@ -424,7 +433,9 @@ def contracted_run(loss_fn, speed, steps, generator, check=True):
 def no_shrinking(monkeypatch):
     """The behaviour before the shrinking radius: a build whose list would
     exceed max_pairs gives the list up."""
-    monkeypatch.setattr(NeighborList, "_shrink", lambda self, found, found_sq, nearest, keep, slack: (None, None, 0.0))
+    monkeypatch.setattr(
+        NeighborList, "_shrink", lambda self, found, found_sq, nearest, keep, slack: (None, None, 0.0)
+    )
 
 
 @pytest.mark.parametrize(
@@ -433,7 +444,9 @@ def no_shrinking(monkeypatch):
     ids=["adaptive-skin-alone", "shrinking-radius-alone", "both-fast-motion"],
 )
 @pytest.mark.parametrize("name", LOSS_KWARGS)
-def test_contracted_proxies_without_close_pairs_keep_a_sparse_list(monkeypatch, name, adaptive, shrink, speed):
+def test_contracted_proxies_without_close_pairs_keep_a_sparse_list(
+    monkeypatch, name, adaptive, shrink, speed
+):
     """The largest skin's radius covers every pair, so a list of that radius
     is too dense to keep. Each mechanism alone keeps a sparse list: the
     adaptive skin (from the observed displacements, 0.002 per step: radius
@@ -458,9 +471,7 @@ def test_contracted_proxies_without_close_pairs_keep_a_sparse_list(monkeypatch, 
     assert sum(searched[3:]) < n**2, searched  # the last 9 steps together: less than one dense search
 
 
-@pytest.mark.parametrize(
-    "adaptive, speed", [(False, 0.002), (True, 0.01)], ids=["fixed-skin", "fast-motion"]
-)
+@pytest.mark.parametrize("adaptive, speed", [(False, 0.002), (True, 0.01)], ids=["fixed-skin", "fast-motion"])
 def test_without_shrinking_the_radius_every_step_searches_all_pairs(monkeypatch, adaptive, speed):
     """The checks above can fail: with the radius never shrunk (a list over
     max_pairs given up, the behaviour before), neither a fixed skin nor the
@@ -510,8 +521,10 @@ def test_list_stays_exact_when_one_point_moves_far_and_the_others_little(dtype):
         assert not (true_close_pairs(points, group_size, cutoff) & ~listed).any()
         step = 0.002 * torch.randn(n, dim, generator=g, dtype=dtype)
         jumper = torch.randint(0, n, (1,), generator=g)
-        step[jumper] = skin * torch.rand(1, generator=g, dtype=dtype) * torch.nn.functional.normalize(
-            torch.randn(1, dim, generator=g, dtype=dtype), dim=1
+        step[jumper] = (
+            skin
+            * torch.rand(1, generator=g, dtype=dtype)
+            * torch.nn.functional.normalize(torch.randn(1, dim, generator=g, dtype=dtype), dim=1)
         )
         points = torch.nn.functional.normalize(points + step, dim=1)
     assert neighbors.num_builds == 1 and neighbors.num_partial_rebuilds > 5

@@ -230,7 +230,9 @@ class NeighborList:
         self.skin = self.choose_skin()
         self.clearance = torch.full((len(points),), float("inf"), dtype=points.dtype, device=points.device)
         everyone = torch.arange(len(points), device=points.device)
-        (self.pairs, self.separation), close = self._search(everyone, everyone.new_empty(0), self.max_pairs(points))
+        (self.pairs, self.separation), close = self._search(
+            everyone, everyone.new_empty(0), self.max_pairs(points)
+        )
         self.num_builds += 1
         self.num_dense_builds += self.pairs is None
         self.last_reanchored = len(points)
@@ -245,7 +247,10 @@ class NeighborList:
         slack = squared_distance_slack(points)
         close_threshold = self.cutoff**2 + slack
         # squared distances from the cutoff to the largest radius, in skin_bins equal steps of the skin
-        radii = self.cutoff + self.max_skin * torch.arange(self.skin_bins + 1, dtype=torch.float64) / self.skin_bins
+        radii = (
+            self.cutoff
+            + self.max_skin * torch.arange(self.skin_bins + 1, dtype=torch.float64) / self.skin_bins
+        )
         edges = (radii**2 + slack).tolist()
         counts = torch.zeros(self.skin_bins, dtype=torch.float64, device=points.device)
         left, right = self._augmented(points)
