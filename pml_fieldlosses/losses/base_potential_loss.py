@@ -74,6 +74,9 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
 
     # entries of one block of a distance computation (bounds the memory)
     chunk_entries = 2**22
+    # gathered coordinates per block when pairs are filtered by their distances
+    # (small blocks stay in the CPU's caches; large fresh buffers cost page faults)
+    gather_entries = 2**17
     # dense=None uses the dense path while P * P * D is at most this
     dense_entries = 2**20
     # skin of the proxy neighbour list, in units of repulsion_delta
@@ -299,7 +302,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         skin = self.neighbor_skin * self.repulsion_delta
         self.neighbor_list.chunk_entries = self.chunk_entries
         neighbors = self.neighbor_list.update(proxies, M, self.repulsion_delta, skin)
-        step = max(1, self.chunk_entries // proxies.shape[1])
+        step = max(1, self.gather_entries // proxies.shape[1])
         for start in range(0, neighbors.shape[1], step):
             block = neighbors[:, start : start + step]
             pairs.append(block[:, self.pair_sq_distances(proxies, block) < rep_threshold] + B)
