@@ -177,6 +177,15 @@ def run_scale(args, C, g):
     medians = {name: {} for name in runs}
     started = time.perf_counter()
     for step in range(steps):
+        if step and step % max(1, steps // 10) == 0:
+            medians_now = ", ".join(
+                f"{name} {median_proxy_distance(run.loss_fn):.2f}" for name, run in runs.items()
+            )
+            print(
+                f"N={C:<6} step {step}/{steps}, {time.perf_counter() - started:.0f} s; "
+                f"median proxy distance {medians_now}",
+                flush=True,
+            )
         inputs, labels = data.batch()
         timed = any(step in window for window in windows.values())
         if timed:

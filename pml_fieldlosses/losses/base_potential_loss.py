@@ -61,8 +61,9 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
       * the search (``candidate_pairs``, no gradient): a superset of the
         off-plateau pairs, from matrix products in blocks with a margin for
         rounding; among proxies of different classes, the proxy
-        ``NeighborList`` (a Verlet list while the proxies are spread out, a
-        dense blocked search when they cluster);
+        ``NeighborList`` (a Verlet list, whose radius shrinks to keep it
+        sparse as the proxies contract; a dense blocked search while they
+        cluster within the cutoff or move too fast for any list);
       * the energy (``pair_energies``, with gradient): phi - plateau of each
         candidate pair, exactly, from its coordinate differences, added to
         both of its points (each unordered pair is two ordered terms of U);
@@ -158,12 +159,11 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         embeddings = self.distance.maybe_normalize(embeddings)
         # PML's regularizers take one row per vector: (num_classes * proxies_per_class, D)
         raw_proxies = self.proxies.reshape(-1, self.embedding_size)
-        proxies = self.distance.normalize(raw_proxies) if self.normalize_proxies else raw_proxies
         point_labels = torch.cat([labels, self.proxy_labels(labels.device)])
         if self.use_dense(len(point_labels)):
-            energies = self.dense_energies(torch.cat([embeddings, proxies]), point_labels)
+            energies = self.dense_energies(torch.cat([embeddings, self.proxy_points(raw_proxies)]), point_labels)
         else:
-            energies = self.sparse_energies(embeddings, proxies, point_labels)
+            energies = self.sparse_energies(embeddings, raw_proxies, point_labels)
         loss_dict = {
             "embedding_loss": {
                 "losses": energies[:B],
@@ -172,12 +172,17 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
             },
             "proxy_loss": {
                 "losses": energies[B:],
-                "indices": c_f.torch_arange_from_size(proxies),
+                "indices": c_f.torch_arange_from_size(raw_proxies),
                 "reduction_type": "element",
             },
         }
         self.add_weight_regularization_to_loss_dict(loss_dict, raw_proxies)
         return loss_dict
+
+    def proxy_points(self, raw_proxies):
+        """The proxies as points of the field: rows of ``raw_proxies``,
+        normalised if ``normalize_proxies``."""
+        return self.distance.normalize(raw_proxies) if self.normalize_proxies else raw_proxies
 
     def use_dense(self, num_points):
         if self.dense is None:
@@ -204,21 +209,29 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
                 self.num_evaluated_proxy_pairs = n * (n - 1) // 2 - self.num_classes * M * (M - 1) // 2
         return phi.masked_fill(self_terms, 0).sum(dim=1)
 
-    def sparse_energies(self, embeddings, proxies, point_labels):
+    def sparse_energies(self, embeddings, raw_proxies, point_labels):
         """The same E_a from the plateau decomposition (see the class
         docstring): plateau counts + intra-class proxy pairs + the candidate
-        pairs found by the search."""
-        B, M = len(embeddings), self.proxies_per_class
+        pairs found by the search. The gradient goes through the proxies that
+        are off a plateau only (those in a candidate pair, and the classes
+        whose own proxies attract each other): the others add exact zeros, so
+        the backward pass does not touch them."""
+        B, N, M = len(embeddings), self.num_classes, self.proxies_per_class
         with torch.no_grad():
-            pairs, same = self.candidate_pairs(embeddings.detach(), proxies.detach(), point_labels)
+            proxies = self.proxy_points(raw_proxies)
+            pairs, same = self.candidate_pairs(embeddings.detach(), proxies, point_labels)
+            classes = self.attracting_classes(proxies.view(N, M, -1))
         # the pairs' points: all embeddings, and only the proxies in some pair
         rows = torch.unique(pairs[pairs >= B]) - B
-        points = torch.cat([embeddings, torch.nn.functional.embedding(rows, proxies)])
+        points = torch.cat([embeddings, self.proxy_points(torch.nn.functional.embedding(rows, raw_proxies))])
         local = torch.empty_like(point_labels)
         local[:B] = torch.arange(B, device=local.device)
         local[B + rows] = torch.arange(B, len(points), device=local.device)
         pair_energies = self.pair_energies(points, local[pairs], same)
-        intra_class = self.intra_class_energies(proxies.view(self.num_classes, M, -1)).reshape(-1)
+        D = self.embedding_size
+        own = self.proxy_points(raw_proxies.view(N, M, D)[classes].reshape(len(classes) * M, D))
+        intra_class = self.intra_class_energies(own.view(len(classes), M, D))
+        intra_class = raw_proxies.new_zeros(N, M).index_copy(0, classes, intra_class).reshape(-1)
         energies = self.plateau_energies(point_labels, embeddings.dtype)
         if self.collect_stats:
             self.num_attraction_pairs = int(same.sum())
@@ -250,6 +263,17 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         class_sizes = torch.bincount(point_labels, minlength=self.num_classes)[point_labels]
         same = (class_sizes - 1).to(dtype)
         return inside * same + outside * (len(point_labels) - 1 - same)
+
+    def attracting_classes(self, proxies):
+        """The classes (indices) whose proxies (N, M, D) may be farther apart
+        than delta (a margin for rounding): only their intra-class pairs can
+        be off the attraction plateau."""
+        gram = torch.bmm(proxies, proxies.transpose(1, 2))
+        sq_norms = gram.diagonal(dim1=1, dim2=2)
+        sq = sq_norms.unsqueeze(2) + sq_norms.unsqueeze(1) - 2 * gram
+        max_norm = sq_norms.max().sqrt().item() if len(sq_norms) else 0.0
+        threshold = self.delta**2 - rounding_slack(max_norm, proxies.shape[2], proxies.dtype)
+        return (sq > threshold).flatten(1).any(dim=1).nonzero().squeeze(1)
 
     def intra_class_energies(self, proxies):
         """(N, M): for each proxy, the sum over the other proxies of its class of
