@@ -3,7 +3,7 @@ ProxyAnchorLoss along real training trajectories, in which the proxies
 contract (issue 16): at the start, middle and end of a run, for several numbers
 of classes (M = 2 proxies per class).
 
-    python benchmarks/bench_potential_training.py                       # N = 400, 2000 (~15 min on 2 cores)
+    python benchmarks/bench_potential_training.py                       # N = 400, 2000 (~6 min on 2 cores)
     python benchmarks/bench_potential_training.py --num-classes 11318   # SOP scale (hours on 2 cores)
     python benchmarks/bench_potential_training.py --num-classes 400 --data easy --steps 1500
 
@@ -25,18 +25,21 @@ paper); each potential loss has its own trunk and optimisers. ProxyAnchorLoss
 (its own trunk and proxies) is timed on the same batches in the timed windows
 only: its cost does not depend on where its proxies are.
 
-Timed windows: ``--window`` steps at the start (after the first step, the
-first full search), in the middle and at the end of ``--steps`` training
-steps. Printed per stage: the mean time of forward + backward of the loss
-(neighbour list maintenance included) and its ratio to ProxyAnchorLoss in
-the same window, how the proxy pairs were found at those steps (``list``: a
-kept Verlet list was followed; ``dense``: a dense blocked search at the
-cutoff; ``build``: a search of all pairs that (re)built the list; ``all``: the
-loss's dense path, for point sets this small), the proxy-pair work per step
-as a fraction of one dense search of all pairs (entries searched plus
-pair_cost per pair evaluated from coordinates), the median pairwise distance
-of the normalised proxies, the median and 90th percentile of the proxies'
-displacement per step, and the process's peak memory (resident set; the
+Timed windows, per loss: ``--window`` steps at the start (after the first
+step, the first full search), in the middle (from the first check, every
+hundredth of the run, at which the loss's median pairwise proxy distance is
+at most ``--middle-median``: while its proxies contract) and at the end of
+``--steps`` training steps. Printed per stage: the mean time of forward +
+backward of the loss (neighbour list maintenance included), ProxyAnchorLoss's
+on the same batches and the ratio, how the proxy pairs were found at those
+steps (``list``: a kept Verlet list was followed; ``dense``: a dense blocked
+search at the cutoff; ``build``: a search of all pairs that (re)built the
+list; ``all``: the loss's dense path, for point sets this small), the
+proxy-pair work per step as a fraction of one dense search of all pairs
+(entries searched plus pair_cost per pair evaluated from coordinates), the
+median pairwise distance of the normalised proxies, the median and 90th
+percentile of the proxies' displacement per step, the window's first step,
+and the process's peak memory (resident set; the
 scales of one invocation run in the same process, so it is the peak so far).
 """
 
@@ -57,7 +60,7 @@ DATA = {
     "easy": {"centre_scale": 1 / 4, "noise": 0.5, "label_noise": 0.0},
 }
 # training steps per scale: enough for the proxies to contract on the hard data
-DEFAULT_STEPS = {400: 1500, 2000: 3000, 11318: 6000}
+DEFAULT_STEPS = {400: 1500, 2000: 3000, 11318: 16000}
 
 
 def default_steps(num_classes):
@@ -109,16 +112,17 @@ class Data:
 
 
 class Run:
-    """One loss with its own trunk and optimisers, and what its timed steps measured."""
+    """One loss with its own trunk and optimisers, what its timed steps measured
+    ({step: record}), and its stage windows."""
 
     def __init__(self, loss_fn, trunk, args):
         self.loss_fn, self.trunk = loss_fn, trunk
         self.optimizer = torch.optim.Adam(trunk.parameters(), lr=args.trunk_lr)
         self.loss_optimizer = torch.optim.Adam(loss_fn.parameters(), lr=args.trunk_lr * args.proxy_lr_factor)
         self.neighbors = getattr(loss_fn, "neighbor_list", None)
-        self.times, self.modes, self.moves, self.work = [], [], [], []
+        self.records, self.windows, self.medians = {}, {}, {}
 
-    def step(self, inputs, labels, timed):
+    def step(self, inputs, labels, step, timed):
         """One training step; if ``timed``, records the loss's forward + backward
         time, how its proxy pairs were found and its proxies' displacements."""
         embeddings = self.trunk(inputs)
@@ -133,11 +137,16 @@ class Run:
         self.loss_optimizer.step()
         if not timed:
             return
-        self.times.append(seconds)
+        record = {"seconds": seconds}
         if self.neighbors is not None:
-            self.moves.append(torch.linalg.vector_norm(normalised_proxies(self.loss_fn) - before, dim=1))
-            self.modes.append(self.mode())
-            self.work.append(self.proxy_pair_work())
+            moves = torch.linalg.vector_norm(normalised_proxies(self.loss_fn) - before, dim=1)
+            record.update(moves=moves, mode=self.mode(), work=self.proxy_pair_work())
+        self.records[step] = record
+
+    def open_window(self, stage, step, length):
+        """The stage's timed window starts at ``step``; its median proxy distance is taken now."""
+        self.windows[stage] = range(step, step + length)
+        self.medians[stage] = median_proxy_distance(self.loss_fn)
 
     def mode(self):
         nl = self.neighbors
@@ -156,8 +165,31 @@ class Run:
         pair_cost = nl.pair_cost if nl.pair_cost is not None else NeighborList.default_pair_cost(dim)
         return (nl.last_searched + pair_cost * nl.last_returned) / (n * (n - 1) / 2)
 
+    def stage_cell(self, stage, reference):
+        """The printed cell of one stage: time, ProxyAnchor's (``reference``) in
+        the same window and the ratio, modes, work, median distance,
+        displacements, first step."""
+        window = [self.records[step] for step in self.windows[stage]]
+        ms = 1e3 * statistics.mean(r["seconds"] for r in window)
+        reference_ms = 1e3 * statistics.mean(
+            reference.records[step]["seconds"] for step in self.windows[stage]
+        )
+        modes = [r["mode"] for r in window]
+        moved = torch.cat([r["moves"] for r in window])
+        return (
+            f"{stage} {ms:6.0f} ms vs {reference_ms:5.0f} ms x{ms / reference_ms:5.2f} ("
+            + ", ".join(f"{m} {modes.count(m)}" for m in ["list", "dense", "build", "all"] if m in modes)
+            + f"; work {statistics.mean(r['work'] for r in window):.3f}; median {self.medians[stage]:.2f}"
+            + f"; moves {moved.median():.4f}/{moved.quantile(0.9):.4f}; step {self.windows[stage][0]})"
+        )
+
 
 def run_scale(args, C, g):
+    """Train every loss on the same batches for ``steps`` steps; each loss's
+    windows: the start (after the first step), the middle (from the first
+    check at which its median proxy distance is at most ``--middle-median``,
+    i.e. while they contract; at the latest so that it ends before the end
+    window) and the end. ProxyAnchor is timed at every step of any window."""
     B, D, D_in = args.batch_size, args.embedding_size, args.input_size
     steps = args.steps or default_steps(C)
     W = min(args.window, steps // 3)
@@ -169,50 +201,36 @@ def run_scale(args, C, g):
     }
     runs = {name: Run(builders[name](), copy.deepcopy(trunk), args) for name in args.losses}
     reference = Run(pml_losses.ProxyAnchorLoss(C, D), copy.deepcopy(trunk), args)
-    windows = {
-        "start": range(1, 1 + W),
-        "middle": range(steps // 2, steps // 2 + W),
-        "end": range(steps - W, steps),
-    }
-    medians = {name: {} for name in runs}
+    check = max(1, steps // 100)
     started = time.perf_counter()
     for step in range(steps):
+        for run in runs.values():
+            if step == 1:
+                run.open_window("start", step, W)
+            elif step == steps - W:
+                run.open_window("end", step, W)
+            if "middle" not in run.windows and step >= 1 + W:
+                due = step % check == 0 and median_proxy_distance(run.loss_fn) <= args.middle_median
+                if due or step == steps - 2 * W:
+                    run.open_window("middle", step, W)
         if step and step % max(1, steps // 10) == 0:
-            medians_now = ", ".join(
+            medians = ", ".join(
                 f"{name} {median_proxy_distance(run.loss_fn):.2f}" for name, run in runs.items()
             )
             print(
                 f"N={C:<6} step {step}/{steps}, {time.perf_counter() - started:.0f} s; "
-                f"median proxy distance {medians_now}",
+                f"median proxy distance {medians}",
                 flush=True,
             )
         inputs, labels = data.batch()
-        timed = any(step in window for window in windows.values())
-        if timed:
-            reference.step(inputs, labels, timed=True)
-        for run in runs.values():
-            run.step(inputs, labels, timed)
-        for stage, window in windows.items():
-            if step == window[0]:
-                for name, run in runs.items():
-                    medians[name][stage] = median_proxy_distance(run.loss_fn)
+        timed = {name: any(step in window for window in run.windows.values()) for name, run in runs.items()}
+        if any(timed.values()):
+            reference.step(inputs, labels, step, timed=True)
+        for name, run in runs.items():
+            run.step(inputs, labels, step, timed[name])
     elapsed = time.perf_counter() - started
-    stages = {stage: slice(i * W, (i + 1) * W) for i, stage in enumerate(windows)}
-    reference_ms = {stage: 1e3 * statistics.mean(reference.times[s]) for stage, s in stages.items()}
-    cells = [f"{stage} {ms:6.0f} ms x 1.00" for stage, ms in reference_ms.items()]
-    print(f"N={C:<6} {'ProxyAnchor':<12} " + " | ".join(cells), flush=True)
     for name, run in runs.items():
-        cells = []
-        for stage, s in stages.items():
-            ms = 1e3 * statistics.mean(run.times[s])
-            modes = run.modes[s]
-            moved = torch.cat(run.moves[s])
-            cells.append(
-                f"{stage} {ms:6.0f} ms x{ms / reference_ms[stage]:5.2f} ("
-                + ", ".join(f"{m} {modes.count(m)}" for m in ["list", "dense", "build", "all"] if m in modes)
-                + f"; work {statistics.mean(run.work[s]):.3f}; median {medians[name][stage]:.2f}"
-                + f"; moves {moved.median():.4f}/{moved.quantile(0.9):.4f})"
-            )
+        cells = [run.stage_cell(stage, reference) for stage in ("start", "middle", "end")]
         print(f"N={C:<6} {name:<12} " + " | ".join(cells), flush=True)
     for name, run in runs.items():
         nl = run.neighbors
@@ -239,6 +257,12 @@ def main():
         help=f"training steps per scale (default: {DEFAULT_STEPS}, enough for the proxies to contract)",
     )
     parser.add_argument("--window", type=int, default=20, help="timed training steps per stage")
+    parser.add_argument(
+        "--middle-median",
+        type=float,
+        default=1.0,
+        help="the middle window starts once the median pairwise proxy distance is at most this (1.41 at the start)",
+    )
     parser.add_argument("--data", choices=sorted(DATA), default="hard")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--embedding-size", type=int, default=512)
