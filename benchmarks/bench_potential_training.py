@@ -163,7 +163,7 @@ class Run:
             return 1.0
         n, dim = nl.reference.shape
         pair_cost = nl.pair_cost if nl.pair_cost is not None else NeighborList.default_pair_cost(dim)
-        return (nl.last_searched + pair_cost * nl.last_returned) / (n * (n - 1) / 2)
+        return (nl.last_searched + pair_cost * nl.last_evaluated) / (n * (n - 1) / 2)
 
     def stage_cell(self, stage, reference):
         """The printed cell of one stage: time, ProxyAnchor's (``reference``) in

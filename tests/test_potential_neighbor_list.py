@@ -59,7 +59,7 @@ def test_list_holds_every_close_pair_and_valid_clearances(dim, n, group_size, cu
 def training_run(loss_fn, steps, proxy_lr, generator, check=True):
     """Adam on an embedding table and on the proxies; the loss and all
     gradients are compared with the loss's dense path at every step (float64)."""
-    C, M, D = loss_fn.proxies.shape
+    C, _, D = loss_fn.proxies.shape
     table = torch.nn.Parameter(torch.randn(5 * C, D, generator=generator, dtype=torch.float64))
     table_labels = torch.arange(C).repeat(5)
     optimizer = torch.optim.Adam(
@@ -347,7 +347,12 @@ def test_a_kept_dense_list_exceeds_the_work_bound(monkeypatch):
     """The bounds above can fail: a list kept however dense, with a fixed skin,
     whose every listed pair is evaluated from its coordinates (the behaviour
     before issue 16: no separation filter)."""
-    monkeypatch.setattr(NeighborList, "_may_be_close", lambda self, displacements, cutoff: self.pairs)
+
+    def every_listed_pair(self, points, displacements, cutoff):
+        self.last_evaluated = self.pairs.shape[1]
+        return self.pairs
+
+    monkeypatch.setattr(NeighborList, "_may_be_close", every_listed_pair)
     g = torch.Generator().manual_seed(1)
     loss_fn = make_loss("PFML", C=50, M=2, D=8)  # pair_cost 1: the list is always kept
     loss_fn.neighbor_list.adaptive_skin = False  # with the largest skin's radius
@@ -528,3 +533,30 @@ def test_list_stays_exact_when_one_point_moves_far_and_the_others_little(dtype):
         )
         points = torch.nn.functional.normalize(points + step, dim=1)
     assert neighbors.num_builds == 1 and neighbors.num_partial_rebuilds > 5
+
+
+@pytest.mark.parametrize("renew", [True, False], ids=["odometer-bound", "no-bound"])
+def test_a_listed_pair_that_keeps_its_distance_is_evaluated_every_few_updates(renew):
+    """Two points 0.45 apart (cutoff 0.4, in the list) translate together by
+    0.004 per update: their reference certificate (0.45 - both displacements)
+    fails after 6 updates, and neither is ever re-anchored (no unlisted
+    point). With the odometer bound, an evaluation shows the pair still 0.45
+    apart and certifies it for the next 0.05 / 0.008 = 6 updates; without it
+    (the bound never renewed), the pair is evaluated at every later update.
+    The pair is never returned (it never comes within the cutoff)."""
+    neighbors = NeighborList(pair_cost=1, adaptive_skin=False)
+    points = torch.tensor([[0.0, 0.0, 0.0], [0.45, 0.0, 0.0]], dtype=torch.float64)
+    step = torch.tensor([0.0, 0.004, 0.0], dtype=torch.float64)
+    evaluated = []
+    for _ in range(31):
+        if not renew and neighbors.bound is not None:
+            neighbors.bound = torch.full_like(neighbors.bound, float("-inf"))
+        assert neighbors.update(points, 1, 0.4, 0.3).shape[1] == 0
+        evaluated.append(neighbors.last_evaluated)
+        points = points + step
+    assert neighbors.num_builds == 1 and neighbors.num_partial_rebuilds == 0
+    assert evaluated[1:7] == [0] * 6  # the reference certificate holds
+    if renew:
+        assert 3 <= sum(evaluated[7:]) <= 6, evaluated
+    else:
+        assert evaluated[7:] == [1] * 24

@@ -238,7 +238,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
             self.num_repulsion_pairs = int((~same).sum())
             self.num_reanchored_proxies = self.neighbor_list.last_reanchored
             self.num_searched_proxy_pairs = self.neighbor_list.last_searched
-            self.num_evaluated_proxy_pairs = self.neighbor_list.last_returned
+            self.num_evaluated_proxy_pairs = self.neighbor_list.last_evaluated
         return torch.cat(
             [
                 energies[:B] + pair_energies[:B],
@@ -325,6 +325,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         # proxies of different classes: the neighbour list, then their current distances
         skin = self.neighbor_skin * self.repulsion_delta
         self.neighbor_list.chunk_entries = self.chunk_entries
+        self.neighbor_list.gather_entries = self.gather_entries
         neighbors = self.neighbor_list.update(proxies, M, self.repulsion_delta, skin)
         step = max(1, self.gather_entries // proxies.shape[1])
         for start in range(0, neighbors.shape[1], step):

@@ -46,9 +46,9 @@ class NeighborList:
     Cost. A search computes distances as matrix products in blocks of at most
     ``chunk_entries`` entries (memory bounded), with a margin for rounding; a
     full search (a *build*) computes n (n - 1) / 2 of them: the dense
-    computation. The caller then computes the exact distance of every returned
-    pair from its coordinates, which costs about ``pair_cost`` matrix-product
-    entries per pair (gathering rows is memory-bound; set by the dimension).
+    computation. Computing the exact distance of a pair from its coordinates
+    costs about ``pair_cost`` matrix-product entries (gathering rows is
+    memory-bound; set by the dimension).
     A list is only worth keeping while it is sparse: it holds at most
     ``max_pairs`` = n (n - 1) / 2 / pair_cost pairs. A build whose pairs within
     the radius would exceed that *shrinks the skin* as it goes (to the radius
@@ -60,8 +60,8 @@ class NeighborList:
     from scratch if the list outgrows ``max_pairs``. A build returns not the
     list but the pairs within ``cutoff`` of the current positions (read off the
     same matrix products), so an update costs at most about two or three dense
-    searches' entries, and pair_cost per returned pair: the list's pairs that
-    may now be within the cutoff, or the pairs within the cutoff after a build.
+    searches' entries, and pair_cost per pair evaluated: the list's pairs that
+    may now be within the cutoff (below).
     An update that would re-anchor more than half of the points
     (``max_reanchored``) builds instead: one search of every pair, which also
     chooses the skin again.
@@ -87,8 +87,23 @@ class NeighborList:
     displacements prove every unlisted pair out of the cutoff whatever the
     skin).
 
-    ``last_searched`` (matrix-product entries) and ``last_returned`` (pairs)
-    count the work of the last update. The first call, or any change of the
+    Listed pairs. A listed pair is out of the cutoff while its reference
+    distance minus both displacements is (``separation``), or while its
+    distance when it was last evaluated minus the path lengths both points
+    have moved since is: each point keeps an ``odometer`` (the sum of its
+    displacements between updates) and each pair a ``bound`` (its distance at
+    its last evaluation plus both odometers then), so the pair is safe while
+    bound - odometer_i - odometer_j >= cutoff. Only pairs that fail both are
+    evaluated from their coordinates, in blocks of ``gather_entries``
+    coordinates (small blocks stay in the CPU's caches), which renews their
+    bound; those within the cutoff are returned. Pairs of points that keep
+    moving, pressed just outside the cutoff (trained proxies), are then
+    evaluated every few updates instead of at every update until their points
+    are re-anchored.
+
+    ``last_searched`` (matrix-product entries), ``last_evaluated`` (pairs
+    evaluated from coordinates, or read off a search's products) and
+    ``last_returned`` (pairs) count the work of the last update. The first call, or any change of the
     number of points, group size, dtype, device, cutoff or largest skin,
     builds.
 
@@ -106,6 +121,8 @@ class NeighborList:
     max_reanchored = 0.5
     # resolution of the pair counts by distance in dense steps
     skin_bins = 64
+    # gathered coordinates per block when listed pairs are evaluated
+    gather_entries = 2**17
 
     def __init__(self, chunk_entries=2**22, pair_cost=None, adaptive_skin=True):
         self.chunk_entries = chunk_entries
@@ -119,6 +136,7 @@ class NeighborList:
         self.num_reanchored = 0  # points re-anchored by partial rebuilds, in total
         self.last_reanchored = 0  # points searched by the last update (all of them on a build)
         self.last_searched = 0  # distance entries computed by matrix products in the last update
+        self.last_evaluated = 0  # pairs evaluated by the last update
         self.last_returned = 0  # pairs returned by the last update
 
     @staticmethod
@@ -129,7 +147,8 @@ class NeighborList:
         return 8 + dim / 8
 
     def reset(self):
-        self.reference = self.pairs = self.separation = self.clearance = self.previous = self.speed = None
+        self.reference = self.pairs = self.separation = self.bound = self.clearance = None
+        self.previous = self.speed = self.odometer = None
         self.group_size = self.cutoff = self.max_skin = self.skin = None
 
     def update(self, points, group_size, cutoff, skin):
@@ -138,9 +157,10 @@ class NeighborList:
         ``cutoff``."""
         with torch.no_grad():
             points = points.detach()
-            self.last_reanchored = self.last_searched = 0
+            self.last_reanchored = self.last_searched = self.last_evaluated = 0
             if self._stale(points, group_size, cutoff, skin):
                 self.previous = self.speed = None
+                self.odometer = torch.zeros(len(points), dtype=torch.float64, device=points.device)
                 pairs = self._build(points, group_size, cutoff, skin)
             else:
                 self._measure_speed(points)
@@ -150,12 +170,23 @@ class NeighborList:
                     pairs = self._follow(points, cutoff)
             self.previous = points.clone()
             self.last_returned = pairs.shape[1]
+            if self.last_reanchored == len(points) or self.pairs is None:
+                self.last_evaluated = self.last_returned  # read off a search's products
             return pairs
 
     def _measure_speed(self, points):
-        """The 90th percentile of the displacements since the previous update."""
+        """The 90th percentile of the displacements since the previous update;
+        every point's odometer moves on by its displacement."""
         step = torch.linalg.vector_norm(points - self.previous, dim=1)
         self.speed = step.kthvalue(max(1, (9 * len(step) + 9) // 10)).values.item()
+        # not in place: the state may have been made under torch.inference_mode()
+        self.odometer = self.odometer + step.double() * (1 + self.tolerance(points))
+
+    @staticmethod
+    def tolerance(points):
+        """Relative rounding margin of norms and distances computed in the
+        points' dtype (a sum of D products errs by at most about D eps)."""
+        return max(1e-4, 4 * (points.shape[1] + 2) * torch.finfo(points.dtype).eps)
 
     def choose_skin(self):
         """The skin a build starts from (see Adaptive skin)."""
@@ -175,7 +206,7 @@ class NeighborList:
         while True:
             moved = self._beyond_allowance(displacements, cutoff)
             if not moved.any():
-                return self._may_be_close(displacements, cutoff)
+                return self._may_be_close(points, displacements, cutoff)
             if self.last_reanchored + moved.sum().item() > self.max_reanchored * len(points):
                 return self._build(points, self.group_size, cutoff, self.max_skin)
             self._reanchor(points, moved)
@@ -183,14 +214,37 @@ class NeighborList:
                 return self._build(points, self.group_size, cutoff, self.max_skin)
             displacements = displacements.masked_fill(moved, 0.0)
 
-    def _may_be_close(self, displacements, cutoff):
-        """The listed pairs that may now be within the cutoff: a pair whose
-        reference distance is >= separation is now >= separation - disp_i -
-        disp_j apart (triangle inequality), so only pairs for which that is
-        below the cutoff are returned (1e-4 relative covers the rounding of the
-        displacements). The others add exact zeros and are not evaluated."""
-        moved = displacements[self.pairs[0]] + displacements[self.pairs[1]]
-        return self.pairs[:, self.separation - moved * (1 + 1e-4) < cutoff]
+    def _may_be_close(self, points, displacements, cutoff):
+        """The listed pairs within the cutoff. A pair whose reference distance
+        is >= separation is now >= separation - disp_i - disp_j apart, and one
+        that was >= d apart at its last evaluation is now >= d - (the path
+        lengths both points moved since) = bound - odometer_i - odometer_j
+        (triangle inequality): a pair for which either is >= the cutoff adds an
+        exact zero. The others are evaluated from their coordinates (in blocks),
+        which renews their bound, and returned if within the cutoff."""
+        tolerance = self.tolerance(points)
+        first, second = self.pairs
+        moved = (displacements[first] + displacements[second]) * (1 + tolerance)
+        odometers = self.odometer[first] + self.odometer[second]
+        unsure = (self.separation - moved < cutoff) & (self.bound - odometers < cutoff)
+        candidates = unsure.nonzero().squeeze(1)
+        threshold = cutoff**2 + squared_distance_slack(points)
+        step = max(1, self.gather_entries // points.shape[1])
+        distances, close = [], []
+        for start in range(0, len(candidates), step):
+            block = candidates[start : start + step]
+            ends = torch.nn.functional.embedding(self.pairs[:, block].reshape(-1), points).view(
+                2, len(block), -1
+            )
+            sq = (ends[0] - ends[1]).pow(2).sum(dim=1)
+            distances.append(sq.double().sqrt() * (1 - tolerance))
+            close.append(block[sq < threshold])
+        self.last_evaluated = len(candidates)
+        if not close:
+            return self.pairs.new_empty(2, 0)
+        renewed = torch.cat(distances) + odometers[candidates]
+        self.bound = self.bound.index_put((candidates,), renewed)  # not in place (inference mode)
+        return self.pairs[:, torch.cat(close)]
 
     def _beyond_allowance(self, displacements, cutoff):
         """The points to re-anchor: an unlisted pair (i, j) is now at least
@@ -199,9 +253,9 @@ class NeighborList:
         disp_i <= a_i / 2 (shared with every other point), or disp_i + the
         largest displacement of any other point <= a_i (a point may use its whole
         allowance while the others stay still). Points that pass neither are
-        re-anchored. 1e-4 relative covers the rounding of the displacements."""
+        re-anchored. ``tolerance`` covers the rounding of the displacements."""
         allowance = self.clearance - cutoff
-        displacements = displacements * (1 + 1e-4)
+        displacements = displacements * (1 + self.tolerance(self.reference))
         top = displacements.topk(min(2, len(displacements))).values
         largest_other = torch.full_like(displacements, top[0].item())
         if len(top) > 1:
@@ -233,6 +287,8 @@ class NeighborList:
         (self.pairs, self.separation), close = self._search(
             everyone, everyone.new_empty(0), self.max_pairs(points)
         )
+        if self.pairs is not None:  # not evaluated yet: no bound
+            self.bound = torch.full_like(self.separation, float("-inf"), dtype=torch.float64)
         self.num_builds += 1
         self.num_dense_builds += self.pairs is None
         self.last_reanchored = len(points)
@@ -246,7 +302,7 @@ class NeighborList:
         n, groups = len(points), torch.arange(len(points), device=points.device) // self.group_size
         slack = squared_distance_slack(points)
         close_threshold = self.cutoff**2 + slack
-        # squared distances from the cutoff to the largest radius, in skin_bins equal steps of the skin
+        # radii from the cutoff to the largest radius in skin_bins equal steps; edges: their squares
         radii = (
             self.cutoff
             + self.max_skin * torch.arange(self.skin_bins + 1, dtype=torch.float64) / self.skin_bins
@@ -296,6 +352,9 @@ class NeighborList:
         (found, separation), _ = self._search(anchored, (~moved).nonzero().squeeze(1))
         self.pairs = torch.cat([self.pairs[:, kept], found], dim=1)
         self.separation = torch.cat([self.separation[kept], separation])
+        self.bound = torch.cat(
+            [self.bound[kept], torch.full_like(separation, float("-inf"), dtype=torch.float64)]
+        )
         self.num_partial_rebuilds += 1
         self.num_reanchored += len(anchored)
         self.last_reanchored += len(anchored)
