@@ -228,6 +228,9 @@ def run_scale(args, C, g):
             reference.step(inputs, labels, step, timed=True)
         for name, run in runs.items():
             run.step(inputs, labels, step, timed[name])
+            for stage, window in run.windows.items():
+                if step == window[-1]:  # printed as it closes, so a long run reports as it goes
+                    print(f"N={C:<6} {name:<12} {run.stage_cell(stage, reference)}", flush=True)
     elapsed = time.perf_counter() - started
     for name, run in runs.items():
         cells = [run.stage_cell(stage, reference) for stage in ("start", "middle", "end")]
