@@ -161,7 +161,9 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         raw_proxies = self.proxies.reshape(-1, self.embedding_size)
         point_labels = torch.cat([labels, self.proxy_labels(labels.device)])
         if self.use_dense(len(point_labels)):
-            energies = self.dense_energies(torch.cat([embeddings, self.proxy_points(raw_proxies)]), point_labels)
+            energies = self.dense_energies(
+                torch.cat([embeddings, self.proxy_points(raw_proxies)]), point_labels
+            )
         else:
             energies = self.sparse_energies(embeddings, raw_proxies, point_labels)
         loss_dict = {
