@@ -435,35 +435,52 @@ def contracted_run(loss_fn, speed, steps, generator, check=True):
     return searched, evaluated
 
 
-def no_shrinking(monkeypatch):
+def no_shrinking(monkeypatch, fitting_skin=False):
     """The behaviour before the shrinking radius: a build whose list would
-    exceed max_pairs gives the list up."""
+    exceed max_pairs gives the list up; unless ``fitting_skin``, a build after
+    a dense step also starts from the skin chosen for the speed, not from the
+    largest skin whose pairs were counted to fit."""
     monkeypatch.setattr(
         NeighborList, "_shrink", lambda self, found, found_sq, nearest, keep, slack: (None, None, 0.0)
     )
+    if not fitting_skin:
+        build = NeighborList._build
+        monkeypatch.setattr(
+            NeighborList,
+            "_build",
+            lambda self, points, group_size, cutoff, skin, fitting=None: build(
+                self, points, group_size, cutoff, skin
+            ),
+        )
 
 
 @pytest.mark.parametrize(
-    "adaptive, shrink, speed",
-    [(True, False, 0.002), (False, True, 0.002), (True, True, 0.01)],
-    ids=["adaptive-skin-alone", "shrinking-radius-alone", "both-fast-motion"],
+    "adaptive, shrink, fitting, speed",
+    [
+        (True, False, False, 0.002),
+        (False, True, True, 0.002),
+        (False, False, True, 0.002),
+        (True, True, True, 0.01),
+    ],
+    ids=["adaptive-skin-alone", "shrinking-radius-alone", "fitting-skin-alone", "all-fast-motion"],
 )
 @pytest.mark.parametrize("name", LOSS_KWARGS)
 def test_contracted_proxies_without_close_pairs_keep_a_sparse_list(
-    monkeypatch, name, adaptive, shrink, speed
+    monkeypatch, name, adaptive, shrink, fitting, speed
 ):
     """The largest skin's radius covers every pair, so a list of that radius
     is too dense to keep. Each mechanism alone keeps a sparse list: the
     adaptive skin (from the observed displacements, 0.002 per step: radius
     ~0.43; the first build, before any motion was seen, gives the list up and
-    the next step builds again), or the build shrinking the radius until the
+    the next step builds again), the build shrinking the radius until the
     list fits max_pairs (a fixed skin; or motion too fast for the adaptive
-    skin to stay sparse, 0.01 per step: radius 0.56). After the first steps,
-    a step searches far fewer entries than the dense computation's n^2 and
-    evaluates at most a sparse list's pairs. Exact against the dense path at
-    every step."""
+    skin to stay sparse, 0.01 per step: radius 0.56), or a fixed skin's first
+    list given up and the dense step's pair counts choosing the largest skin
+    that fits for the next build. After the first steps, a step searches far
+    fewer entries than the dense computation's n^2 and evaluates at most a
+    sparse list's pairs. Exact against the dense path at every step."""
     if not shrink:
-        no_shrinking(monkeypatch)
+        no_shrinking(monkeypatch, fitting_skin=fitting)
     g = torch.Generator().manual_seed(5)
     loss_fn = scalable_loss(name, 60, 2, 128, delta=0.3, repulsion_delta=0.4)
     loss_fn.neighbor_list.adaptive_skin = adaptive
@@ -479,7 +496,8 @@ def test_contracted_proxies_without_close_pairs_keep_a_sparse_list(
 @pytest.mark.parametrize("adaptive, speed", [(False, 0.002), (True, 0.01)], ids=["fixed-skin", "fast-motion"])
 def test_without_shrinking_the_radius_every_step_searches_all_pairs(monkeypatch, adaptive, speed):
     """The checks above can fail: with the radius never shrunk (a list over
-    max_pairs given up, the behaviour before), neither a fixed skin nor the
+    max_pairs given up, and a build after a dense step starting from the skin
+    chosen for the speed: the behaviour before), neither a fixed skin nor the
     adaptive skin under fast motion keeps a sparse list, and every step
     searches all pairs."""
     no_shrinking(monkeypatch)
@@ -560,3 +578,65 @@ def test_a_listed_pair_that_keeps_its_distance_is_evaluated_every_few_updates(re
         assert 3 <= sum(evaluated[7:]) <= 6, evaluated
     else:
         assert evaluated[7:] == [1] * 24
+
+
+def test_an_update_that_raises_leaves_no_half_made_state():
+    """A search that raises in the middle of an update (an out-of-memory
+    error, say, caught by a trainer that goes on) must not leave new
+    references beside the old list and clearances: the state is reset, the
+    next update builds, and every later update holds every close pair."""
+    g = torch.Generator().manual_seed(3)
+    n, dim, cutoff, skin = 150, 3, 0.3, 0.15
+    points = torch.nn.functional.normalize(torch.randn(n, dim, generator=g), dim=1)
+    neighbors = NeighborList(pair_cost=1)
+    search, failed = neighbors._search, []
+
+    def search_failing_once(rows, others, max_pairs=None):
+        if max_pairs is None and not failed:  # the first partial rebuild
+            failed.append(len(rows))
+            raise RuntimeError("out of memory")
+        return search(rows, others, max_pairs)
+
+    neighbors._search = search_failing_once
+    for _ in range(40):
+        try:
+            returned = neighbors.update(points, 1, cutoff, skin)
+        except RuntimeError:
+            assert neighbors.reference is None and neighbors.pairs is None
+            returned = neighbors.update(points, 1, cutoff, skin)
+        listed = torch.zeros(n, n, dtype=torch.bool)
+        listed[returned[0], returned[1]] = True
+        assert not (true_close_pairs(points, 1, cutoff) & ~listed).any()
+        points = torch.nn.functional.normalize(points + 0.04 * torch.randn(n, dim, generator=g), dim=1)
+    assert failed and neighbors.num_builds == 2
+
+
+@pytest.mark.parametrize("precision", ["high", "medium"])
+def test_searches_multiply_in_full_precision_whatever_the_global_setting(monkeypatch, precision):
+    """The searches' rounding margins hold for float32 products, not TF32 or
+    bfloat16 ones: under set_float32_matmul_precision("high" / "medium") the
+    list's and the loss's searches run at "highest", and the setting is
+    restored afterwards."""
+    seen = []
+    augmented, candidate_pairs = NeighborList._augmented, losses.PotentialFieldLoss.candidate_pairs
+
+    def recording_augmented(points):
+        seen.append(torch.get_float32_matmul_precision())
+        return augmented(points)
+
+    def recording_candidate_pairs(self, *args):
+        seen.append(torch.get_float32_matmul_precision())
+        return candidate_pairs(self, *args)
+
+    monkeypatch.setattr(NeighborList, "_augmented", staticmethod(recording_augmented))
+    monkeypatch.setattr(losses.PotentialFieldLoss, "candidate_pairs", recording_candidate_pairs)
+    loss_fn = scalable_loss("PFML", 50, 2, 16)
+    x, labels = torch.randn(32, 16), torch.arange(32) % 50
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        loss_fn(x, labels).backward()
+        assert torch.get_float32_matmul_precision() == precision
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    assert seen and set(seen) == {"highest"}

@@ -6,7 +6,7 @@ from pytorch_metric_learning.utils import common_functions as c_f
 from torch.utils.checkpoint import checkpoint
 
 from ..utils import checks
-from ..utils.neighbor_list import NeighborList, rounding_slack
+from ..utils.neighbor_list import NeighborList, full_precision_matmul, rounding_slack
 from .mixins import CheckedForwardMixin
 
 
@@ -219,7 +219,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         whose own proxies attract each other): the others add exact zeros, so
         the backward pass does not touch them."""
         B, N, M = len(embeddings), self.num_classes, self.proxies_per_class
-        with torch.no_grad():
+        with torch.no_grad(), full_precision_matmul():  # the searches' rounding margins assume it
             proxies = self.proxy_points(raw_proxies)
             pairs, same = self.candidate_pairs(embeddings.detach(), proxies, point_labels)
             classes = self.attracting_classes(proxies.view(N, M, -1))
@@ -328,11 +328,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         skin = self.neighbor_skin * self.repulsion_delta
         self.neighbor_list.chunk_entries = self.chunk_entries
         self.neighbor_list.gather_entries = self.gather_entries
-        neighbors = self.neighbor_list.update(proxies, M, self.repulsion_delta, skin)
-        step = max(1, self.gather_entries // proxies.shape[1])
-        for start in range(0, neighbors.shape[1], step):
-            block = neighbors[:, start : start + step]
-            pairs.append(block[:, self.pair_sq_distances(proxies, block) < rep_threshold] + B)
+        pairs.append(self.neighbor_list.update(proxies, M, self.repulsion_delta, skin) + B)
         pairs = torch.cat(pairs, dim=1)
         # a canonical order: the sums do not depend on the list's history (the
         # extra candidates it may hold add exact zeros)

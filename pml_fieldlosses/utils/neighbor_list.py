@@ -1,6 +1,21 @@
 """Verlet neighbour list: the pairs of moving points that may be within a cutoff."""
 
+import contextlib
+
 import torch
+
+
+@contextlib.contextmanager
+def full_precision_matmul():
+    """Float32 matrix products in full precision within the block: the
+    rounding bounds of the searches (rounding_slack) assume float32 products,
+    not TF32 or bfloat16 (``torch.set_float32_matmul_precision("high")``)."""
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
 
 
 def squared_distance_slack(points):
@@ -73,7 +88,8 @@ class NeighborList:
     cutoff (no list, no clearances: n (n - 1) / 2 entries and pair_cost per
     pair within the cutoff, the dense computation's cost). It also counts the
     pairs by distance between the cutoff and cutoff + skin (a histogram read
-    off the same products); once the largest skin whose list fits
+    off the same products; pairs within a group count too, so the counts are
+    upper bounds); once the largest skin whose list fits
     ``max_pairs`` is large enough for the motion again, it builds and keeps
     the list.
 
@@ -103,9 +119,18 @@ class NeighborList:
 
     ``last_searched`` (matrix-product entries), ``last_evaluated`` (pairs
     evaluated from coordinates, or read off a search's products) and
-    ``last_returned`` (pairs) count the work of the last update. The first call, or any change of the
-    number of points, group size, dtype, device, cutoff or largest skin,
-    builds.
+    ``last_returned`` (pairs) count the work of the last update. The first
+    call, or any change of the number of points, group size, dtype, device,
+    cutoff or largest skin, builds; so does the call after an update that
+    raised (an out-of-memory error, say: the state is reset).
+
+    Rounding. Every test against the cutoff keeps a margin for rounding: the
+    searches' products (float32 products in full precision even where TF32
+    is allowed) and the returned pairs' distances computed from coordinate
+    differences err by less than their margins, and the certificates
+    (clearances, separations, bounds) must exceed the cutoff by ``tolerance``,
+    so every pair whose distance computed from coordinates is below the cutoff
+    is returned.
 
     The list is a cache: displacements are measured against the stored
     references on every call, so in-place changes of the points between calls
@@ -155,24 +180,32 @@ class NeighborList:
         """Returns a (2, K) int64 tensor of pairs (i < j) of points of different
         groups, containing every such pair whose current distance is below
         ``cutoff``."""
-        with torch.no_grad():
-            points = points.detach()
-            self.last_reanchored = self.last_searched = self.last_evaluated = 0
-            if self._stale(points, group_size, cutoff, skin):
-                self.previous = self.speed = None
-                self.odometer = torch.zeros(len(points), dtype=torch.float64, device=points.device)
-                pairs = self._build(points, group_size, cutoff, skin)
+        try:
+            with torch.no_grad(), full_precision_matmul():
+                return self._update(points.detach(), group_size, cutoff, skin)
+        except BaseException:
+            self.reset()  # a half-made state could miss pairs: the next call builds
+            raise
+
+    def _update(self, points, group_size, cutoff, skin):
+        self.last_reanchored = self.last_searched = self.last_evaluated = 0
+        if self._stale(points, group_size, cutoff, skin):
+            self.previous = self.speed = None
+            self.odometer = torch.zeros(len(points), dtype=torch.float64, device=points.device)
+            pairs = self._build(points, group_size, cutoff, skin)
+        else:
+            self._measure_speed(points)
+            if self.pairs is None:
+                pairs = self._dense_step(points)
             else:
-                self._measure_speed(points)
-                if self.pairs is None:
-                    pairs = self._dense_step(points)
-                else:
-                    pairs = self._follow(points, cutoff)
-            self.previous = points.clone()
-            self.last_returned = pairs.shape[1]
-            if self.last_reanchored == len(points) or self.pairs is None:
-                self.last_evaluated = self.last_returned  # read off a search's products
-            return pairs
+                pairs = self._follow(points, cutoff)
+        if self.last_reanchored == len(points) or self.pairs is None:
+            # read off a search's products (with a margin): keep those within the cutoff by coordinates
+            self.last_evaluated = pairs.shape[1]
+            pairs = pairs[:, self._sq_distances(points, pairs) < cutoff**2 + squared_distance_slack(points)]
+        self.previous = points.clone()
+        self.last_returned = pairs.shape[1]
+        return pairs
 
     def _measure_speed(self, points):
         """The 90th percentile of the displacements since the previous update;
@@ -185,7 +218,8 @@ class NeighborList:
     @staticmethod
     def tolerance(points):
         """Relative rounding margin of norms and distances computed in the
-        points' dtype (a sum of D products errs by at most about D eps)."""
+        points' dtype (a sum of D products errs by at most about D eps); the
+        certificates must exceed the cutoff by this much."""
         return max(1e-4, 4 * (points.shape[1] + 2) * torch.finfo(points.dtype).eps)
 
     def choose_skin(self):
@@ -223,28 +257,30 @@ class NeighborList:
         exact zero. The others are evaluated from their coordinates (in blocks),
         which renews their bound, and returned if within the cutoff."""
         tolerance = self.tolerance(points)
+        reach = cutoff * (1 + tolerance)
         first, second = self.pairs
         moved = (displacements[first] + displacements[second]) * (1 + tolerance)
         odometers = self.odometer[first] + self.odometer[second]
-        unsure = (self.separation - moved < cutoff) & (self.bound - odometers < cutoff)
+        unsure = (self.separation - moved < reach) & (self.bound - odometers < reach)
         candidates = unsure.nonzero().squeeze(1)
-        threshold = cutoff**2 + squared_distance_slack(points)
-        step = max(1, self.gather_entries // points.shape[1])
-        distances, close = [], []
-        for start in range(0, len(candidates), step):
-            block = candidates[start : start + step]
-            ends = torch.nn.functional.embedding(self.pairs[:, block].reshape(-1), points).view(
-                2, len(block), -1
-            )
-            sq = (ends[0] - ends[1]).pow(2).sum(dim=1)
-            distances.append(sq.double().sqrt() * (1 - tolerance))
-            close.append(block[sq < threshold])
         self.last_evaluated = len(candidates)
-        if not close:
+        if not len(candidates):
             return self.pairs.new_empty(2, 0)
-        renewed = torch.cat(distances) + odometers[candidates]
+        sq = self._sq_distances(points, self.pairs[:, candidates])
+        renewed = sq.double().sqrt() * (1 - tolerance) + odometers[candidates]
         self.bound = self.bound.index_put((candidates,), renewed)  # not in place (inference mode)
-        return self.pairs[:, torch.cat(close)]
+        return self.pairs[:, candidates[sq < cutoff**2 + squared_distance_slack(points)]]
+
+    def _sq_distances(self, points, pairs):
+        """Squared distances of ``pairs`` from their coordinate differences, in
+        blocks of ``gather_entries`` gathered coordinates."""
+        step = max(1, self.gather_entries // points.shape[1])
+        sq = [
+            (ends[0] - ends[1]).pow(2).sum(dim=1)
+            for start in range(0, pairs.shape[1], step)
+            for ends in [torch.nn.functional.embedding(pairs[:, start : start + step], points)]
+        ]
+        return torch.cat(sq) if sq else points.new_empty(0)
 
     def _beyond_allowance(self, displacements, cutoff):
         """The points to re-anchor: an unlisted pair (i, j) is now at least
@@ -253,9 +289,11 @@ class NeighborList:
         disp_i <= a_i / 2 (shared with every other point), or disp_i + the
         largest displacement of any other point <= a_i (a point may use its whole
         allowance while the others stay still). Points that pass neither are
-        re-anchored. ``tolerance`` covers the rounding of the displacements."""
-        allowance = self.clearance - cutoff
-        displacements = displacements * (1 + self.tolerance(self.reference))
+        re-anchored. ``tolerance`` covers the rounding of the displacements and
+        of the distances computed from coordinates."""
+        tolerance = self.tolerance(self.reference)
+        allowance = self.clearance - cutoff * (1 + tolerance)
+        displacements = displacements * (1 + tolerance)
         top = displacements.topk(min(2, len(displacements))).values
         largest_other = torch.full_like(displacements, top[0].item())
         if len(top) > 1:
@@ -278,10 +316,12 @@ class NeighborList:
         pair_cost = self.pair_cost if self.pair_cost is not None else self.default_pair_cost(points.shape[1])
         return int(n * (n - 1) / 2 / max(pair_cost, 1.0))
 
-    def _build(self, points, group_size, cutoff, skin):
+    def _build(self, points, group_size, cutoff, skin, fitting_skin=float("inf")):
+        """A search of all pairs; its radius starts at cutoff + the skin chosen
+        for the observed speed, at most ``fitting_skin``."""
         self.reference = points.clone()
         self.group_size, self.cutoff, self.max_skin = group_size, cutoff, skin
-        self.skin = self.choose_skin()
+        self.skin = min(self.choose_skin(), fitting_skin)
         self.clearance = torch.full((len(points),), float("inf"), dtype=points.dtype, device=points.device)
         everyone = torch.arange(len(points), device=points.device)
         (self.pairs, self.separation), close = self._search(
@@ -327,7 +367,8 @@ class NeighborList:
         fits = torch.cumsum(counts, 0) <= self.max_pairs(points)
         largest = radii[1:][fits.cpu()].max().item() - self.cutoff if fits.any() else 0.0
         if largest > 0 and min(largest, self.choose_skin()) >= self.smallest_skin():
-            return self._build(points, self.group_size, self.cutoff, self.max_skin)
+            # from a skin whose pairs fit: the build need not shrink below smallest_skin
+            return self._build(points, self.group_size, self.cutoff, self.max_skin, largest)
         return torch.cat(close, dim=1)
 
     def _block_rows(self, n):
@@ -367,7 +408,7 @@ class NeighborList:
         with ``max_pairs`` (a build), the pairs within the cutoff. With
         ``max_pairs``, a radius that would hold more pairs shrinks on the way
         (``_shrink``), and the list is given up (None, None) once its skin is
-        below ``smallest_skin``."""
+        below ``smallest_skin`` (or 1e-6 of the cutoff)."""
         order = torch.cat([rows, others])
         position = torch.empty_like(order)
         position[order] = torch.arange(len(order), device=order.device)
@@ -419,7 +460,8 @@ class NeighborList:
         (and ``skin``) shrink to the distance of the first dropped pair, and the
         dropped pairs' points lower their ``nearest`` (unlisted) distances.
         Returns the kept pairs and distances, and the new squared threshold;
-        (None, None, threshold) when the skin falls below ``smallest_skin``."""
+        (None, None, threshold) when the skin falls below ``smallest_skin``
+        (or 1e-6 of the cutoff)."""
         pairs, sq = torch.cat(found, dim=1), torch.cat(found_sq)
         threshold = sq.kthvalue(keep + 1).values.item() if keep < len(sq) else sq.max().item()
         dropped = sq >= threshold
