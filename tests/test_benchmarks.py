@@ -20,7 +20,8 @@ def test_potential_training_prints_a_ratio_per_stage_and_loss():
     ).stdout
     for C in (40, 300):
         for name in ("PFML", "CPML"):
-            (line,) = [line for line in out.splitlines() if re.match(rf"N={C}\s+{name}\s+start", line)]
+            # the table's line (each window's cell is also printed alone as it closes)
+            (line,) = [line for line in out.splitlines() if re.match(rf"N={C}\s+{name}\s+start.*\| end", line)]
             ratios = re.findall(r"vs\s+[0-9]+ ms x\s*([0-9.]+)", line)
             assert len(ratios) == 3 and all(float(r) > 0 for r in ratios), line
             assert line.count("moves") == 3 and line.count("median") == 3, line
