@@ -324,7 +324,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
             row = row + start
             keep = labels[row] != proxy_labels[col]
             pairs.append(torch.stack([row[keep], B + col[keep]]))
-        # proxies of different classes: the neighbour list, then their current distances
+        # proxies of different classes: the neighbour list (pairs within the cutoff by their coordinates)
         skin = self.neighbor_skin * self.repulsion_delta
         self.neighbor_list.chunk_entries = self.chunk_entries
         self.neighbor_list.gather_entries = self.gather_entries
