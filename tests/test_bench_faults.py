@@ -184,8 +184,11 @@ def test_untrained_row_is_computed_once_for_a_seed_independent_trunk(folder, tmp
 # a parent that starts the scheduler's workers on slow jobs, then waits to be signalled
 PARENT = textwrap.dedent(
     """
-    import os, sys, time
+    import os, signal, sys, time
     from pml_fieldlosses.bench import scheduler
+
+    # as in a terminal, whoever started the tests (a background job inherits SIGINT ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def job(shared, n, report):
         with open(os.path.join(shared, f"started{n}"), "w") as f:
