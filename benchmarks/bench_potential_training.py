@@ -69,8 +69,9 @@ def default_steps(num_classes):
 
 
 def normalised_proxies(loss_fn):
+    """The proxies as the loss sees them (its proxy_points), one row each."""
     proxies = loss_fn.proxies.detach()
-    return torch.nn.functional.normalize(proxies.reshape(-1, proxies.shape[-1]), dim=1)
+    return loss_fn.proxy_points(proxies.reshape(-1, proxies.shape[-1]))
 
 
 def median_proxy_distance(loss_fn, samples=20000):

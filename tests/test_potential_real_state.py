@@ -16,9 +16,8 @@ import pytest
 import torch
 
 from pml_fieldlosses import losses
-from pml_fieldlosses.utils.neighbor_list import NeighborList
 
-from .test_potential_neighbor_list import no_shrinking, true_close_pairs
+from .test_potential_neighbor_list import no_shrinking, proxy_pair_work, true_close_pairs
 
 STATE = Path(__file__).parent / "data" / "glyph_pfml_state.npz"
 CUTOFF = 0.4  # the bench's delta for PFML
@@ -62,9 +61,7 @@ def replay(steps, adaptive_skin=True):
         listed = torch.zeros(n, n, dtype=torch.bool)
         listed[returned[-1][0], returned[-1][1]] = True
         assert not (true_close_pairs(flat, M, CUTOFF) & ~listed).any()
-        pair_cost = NeighborList.default_pair_cost(D)
-        searched, evaluated = loss_fn.num_searched_proxy_pairs, loss_fn.num_evaluated_proxy_pairs
-        work.append((searched + pair_cost * evaluated) / (n * (n - 1) / 2))
+        work.append(proxy_pair_work(loss_fn) / (n * (n - 1) / 2))
     return work, loss_fn.neighbor_list
 
 

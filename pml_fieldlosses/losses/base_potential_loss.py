@@ -6,7 +6,7 @@ from pytorch_metric_learning.utils import common_functions as c_f
 from torch.utils.checkpoint import checkpoint
 
 from ..utils import checks
-from ..utils.neighbor_list import NeighborList, full_precision_matmul, rounding_slack
+from ..utils.neighbor_list import NeighborList, full_precision_matmul, pair_sq_distances, rounding_slack
 from .mixins import CheckedForwardMixin
 
 
@@ -335,14 +335,6 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         pairs = pairs[:, (pairs[0] * len(point_labels) + pairs[1]).argsort()]
         return pairs, point_labels[pairs[0]] == point_labels[pairs[1]]
 
-    @staticmethod
-    def pair_sq_distances(points, pairs):
-        """||p_i - p_j||^2 from the coordinate differences (exact near 0). The
-        rows are gathered with F.embedding (= points[indices]), whose backward
-        is much faster on CPU than index_select's for repeated indices."""
-        ends = torch.nn.functional.embedding(pairs.reshape(-1), points).view(2, pairs.shape[1], -1)
-        return (ends[0] - ends[1]).pow(2).sum(dim=1)
-
     def pair_energies(self, points, pairs, same):
         """Per point: the sum over the given pairs containing it of
         potential - plateau (attraction for same-class pairs, else repulsion),
@@ -362,7 +354,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
 
     def block_energies(self, points, pairs, same):
         inside, outside = self.plateaus(points.dtype, points.device)
-        sq = self.pair_sq_distances(points, pairs)
+        sq = pair_sq_distances(points, pairs)
         # both branches are finite (clamped), so torch.where's gradient is clean
         return torch.where(same, self.attraction(sq) - inside, self.repulsion(sq) - outside)
 

@@ -18,6 +18,15 @@ def full_precision_matmul():
         torch.set_float32_matmul_precision(previous)
 
 
+def pair_sq_distances(points, pairs):
+    """||p_i - p_j||^2 of the (2, K) ``pairs`` from the coordinate differences
+    (exact near 0). The rows are gathered with F.embedding (= points[indices]),
+    whose backward is much faster on CPU than index_select's for repeated
+    indices."""
+    ends = torch.nn.functional.embedding(pairs, points)
+    return (ends[0] - ends[1]).pow(2).sum(dim=1)
+
+
 def squared_distance_slack(points):
     """An upper bound on the rounding error of ||a||^2 + ||b||^2 - 2 a.b computed
     in the points' dtype (see rounding_slack)."""
@@ -276,9 +285,8 @@ class NeighborList:
         blocks of ``gather_entries`` gathered coordinates."""
         step = max(1, self.gather_entries // points.shape[1])
         sq = [
-            (ends[0] - ends[1]).pow(2).sum(dim=1)
+            pair_sq_distances(points, pairs[:, start : start + step])
             for start in range(0, pairs.shape[1], step)
-            for ends in [torch.nn.functional.embedding(pairs[:, start : start + step], points)]
         ]
         return torch.cat(sq) if sq else points.new_empty(0)
 
