@@ -23,10 +23,10 @@ import time
 
 import torch
 
-from pml_fieldlosses import catalog
+from pml_fieldlosses.app import catalog
 
 # name -> builder(num_classes, embedding_size): the losses of the one loss table
-# (pml_fieldlosses.catalog) at their published defaults, and a few variants
+# (pml_fieldlosses.app.catalog) at their published defaults, and a few variants
 LOSSES = {
     **{name: catalog.published(name) for name in ("ProxyAnchor", "MultiSimilarity", "MFCont", "CWMS")},
     "MFCont+reg": catalog.published("MFCont", mf_reg_weight=1.0),

@@ -60,7 +60,7 @@ def training(epochs, iterations, folds):
 
 
 def sweep(folder, trials, parallel, train, threads=None):
-    command = [sys.executable, "-m", "pml_fieldlosses.benchmarker", "--root_experiment_folder", folder,
+    command = [sys.executable, "-m", "pml_fieldlosses.app.benchmarker", "--root_experiment_folder", folder,
                "--experiment_name", "sweep", *DATA, *train,
                "--bayes_opt_iters", str(trials), "--parallel_trials", str(parallel)]  # fmt: skip
     # K = 1 uses torch's default threads (all cores); Ray workers get theirs from the launcher

@@ -17,10 +17,11 @@ import statistics
 import torch
 from pytorch_metric_learning import losses as pml_losses
 
-from pml_fieldlosses import catalog, losses
+from pml_fieldlosses.app import catalog
+from pml_fieldlosses import losses
 from pml_fieldlosses.models import RelationalEmbedder
 
-# our losses as the tests build them (pml_fieldlosses.catalog), and PML's ProxyAnchor
+# our losses as the tests build them (pml_fieldlosses.app.catalog), and PML's ProxyAnchor
 LOSSES = {
     **catalog.ours_by_class_name(mf_reg_weight=0.1),
     "ProxyAnchor (PML, for reference)": catalog.published("ProxyAnchor"),

@@ -16,7 +16,7 @@ Sources, npm registry only: ``google-font-metadata`` (pinned) lists the families
 their subsets and unicode ranges and their licences; ``@fontsource/<id>`` (the
 version current when first fetched) holds each family's woff2 files, one per
 subset. Tarballs are fetched with ``npm pack`` and verified (npm's report, the
-registry's metadata, the pinned integrity) by ``pml_fieldlosses.datasets.npm``,
+registry's metadata, the pinned integrity) by ``pml_fieldlosses.app.datasets.npm``,
 and kept under ``--cache`` with the versions resolved (``packages.json``), so a
 rerun downloads nothing.
 
@@ -62,7 +62,7 @@ import numpy as np
 import tqdm
 from PIL import Image, ImageDraw, ImageFont
 
-from pml_fieldlosses.datasets.npm import NpmPackage, npm_pack, run_npm, safe_extract, sha512_integrity
+from pml_fieldlosses.app.datasets.npm import NpmPackage, npm_pack, run_npm, safe_extract, sha512_integrity
 
 METADATA = NpmPackage(
     "google-font-metadata",

@@ -20,8 +20,8 @@ from pytorch_metric_learning.distances import CosineSimilarity
 from pytorch_metric_learning.losses import BaseMetricLossFunction, WeightRegularizerMixin
 from pytorch_metric_learning.utils import common_functions as c_f
 
-from pml_fieldlosses.benchmarker import main
-from pml_fieldlosses.benchmarker.launcher import default_config_root
+from pml_fieldlosses.app.benchmarker import main
+from pml_fieldlosses.app.benchmarker.launcher import default_config_root
 
 
 class NearestProxyHingeLoss(WeightRegularizerMixin, BaseMetricLossFunction):

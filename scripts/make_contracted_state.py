@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pml_fieldlosses import catalog
-from pml_fieldlosses.bench import BenchConfig, prepare
+from pml_fieldlosses.app import catalog
+from pml_fieldlosses.app.bench import BenchConfig, prepare
 
 
 def best_model(models, part):

@@ -11,14 +11,14 @@ import torch
 from PIL import Image, ImageDraw
 from pytorch_metric_learning import trainers
 
-from pml_fieldlosses import catalog as registry
-from pml_fieldlosses import cli
-from pml_fieldlosses.backbones import SmallConvNet, Standardize, build_trunk, get_backbone
-from pml_fieldlosses.bench import BenchConfig, quick_config, run_bench, runs, selection
-from pml_fieldlosses.bench import features as bench_features
-from pml_fieldlosses.bench.protocol import corrupt_labels, make_split, training_labels
-from pml_fieldlosses.datasets import ImageSet, load_image_folder
-from pml_fieldlosses.datasets.augment import augment, random_affine
+from pml_fieldlosses.app import catalog as registry
+from pml_fieldlosses.app import cli
+from pml_fieldlosses.app.backbones import SmallConvNet, Standardize, build_trunk, get_backbone
+from pml_fieldlosses.app.bench import BenchConfig, quick_config, run_bench, runs, selection
+from pml_fieldlosses.app.bench import features as bench_features
+from pml_fieldlosses.app.bench.protocol import corrupt_labels, make_split, training_labels
+from pml_fieldlosses.app.datasets import ImageSet, load_image_folder
+from pml_fieldlosses.app.datasets.augment import augment, random_affine
 
 NUM_CLASSES, PER_CLASS = 12, 4
 

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from pml_fieldlosses import bench, cli
-from pml_fieldlosses.bench import BenchConfig, read_embeddings, run_bench
-from pml_fieldlosses.bench.features import load_cached
-from pml_fieldlosses.bench.result import BenchFileError, RunResult, add_wall_time, read_json
-from pml_fieldlosses.bench.runs import finished
-from pml_fieldlosses.datasets import ImageSet, load_image_folder
+from pml_fieldlosses.app import bench, cli
+from pml_fieldlosses.app.bench import BenchConfig, read_embeddings, run_bench
+from pml_fieldlosses.app.bench.features import load_cached
+from pml_fieldlosses.app.bench.result import BenchFileError, RunResult, add_wall_time, read_json
+from pml_fieldlosses.app.bench.runs import finished
+from pml_fieldlosses.app.datasets import ImageSet, load_image_folder
 
 from .test_bench import make_folder, tiny_config
 
@@ -185,7 +185,7 @@ def test_untrained_row_is_computed_once_for_a_seed_independent_trunk(folder, tmp
 PARENT = textwrap.dedent(
     """
     import os, signal, sys, time
-    from pml_fieldlosses.bench import scheduler
+    from pml_fieldlosses.app.bench import scheduler
 
     # as in a terminal, whoever started the tests (a background job inherits SIGINT ignored)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -256,7 +256,7 @@ def test_ctrl_c_stops_running_jobs_and_starts_no_queued_one(tmp_path):
 
 
 def test_a_job_error_reaches_the_parent_and_stops_the_others(tmp_path):
-    from pml_fieldlosses.bench import scheduler
+    from pml_fieldlosses.app.bench import scheduler
 
     def job(shared, n, report):
         report(step=n)
@@ -277,12 +277,12 @@ def test_a_job_error_reaches_the_parent_and_stops_the_others(tmp_path):
 
 
 def test_the_loss_table_imports_with_the_core_install_only():
-    """pml_fieldlosses.catalog (the one loss table) pulls in no plotting, logging or bench extra."""
+    """pml_fieldlosses.app.catalog (the one loss table) pulls in no plotting, logging or bench extra."""
     code = (
-        "import sys, pml_fieldlosses.catalog as c; assert c.LOSSES; "
+        "import sys, pml_fieldlosses.app.catalog as c; assert c.LOSSES; "
         "extras = ('matplotlib', 'tensorboard', 'record_keeper', 'PIL'); "
         "print(sorted(m for m in sys.modules "
-        "if m.split('.')[0] in extras or m.startswith('pml_fieldlosses.bench')))"
+        "if m.split('.')[0] in extras or m.startswith('pml_fieldlosses.app.bench')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -314,7 +314,7 @@ def test_ctrl_c_on_the_bench_command_keeps_finished_runs_and_resumes(folder, tmp
 
 
 def test_a_worker_that_dies_is_named_with_its_job():
-    from pml_fieldlosses.bench import scheduler
+    from pml_fieldlosses.app.bench import scheduler
 
     def job(shared, n, report):
         if n == 2:

@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("ray")
 
-from pml_fieldlosses import cli  # noqa: E402
-from pml_fieldlosses.bench import run_bench  # noqa: E402
-from pml_fieldlosses.bench.result import UNTRAINED  # noqa: E402
+from pml_fieldlosses.app import cli  # noqa: E402
+from pml_fieldlosses.app.bench import run_bench  # noqa: E402
+from pml_fieldlosses.app.bench.result import UNTRAINED  # noqa: E402
 
 from .test_bench import folder, tiny_config  # noqa: E402,F401  (the tiny image folder fixture)
 

@@ -1,4 +1,4 @@
-"""One test per shim of pml_fieldlosses.benchmarker.compat: the shim fixes what it is named
+"""One test per shim of pml_fieldlosses.app.benchmarker.compat: the shim fixes what it is named
 after, and (where the old behaviour can still be produced) the unshimmed PML 2 /
 record-keeper / pb code fails in the way the shim exists for."""
 
@@ -22,7 +22,7 @@ if not MISSING:
     from pytorch_metric_learning.utils import logging_presets
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
-    from pml_fieldlosses.benchmarker import compat, launcher, records, registration
+    from pml_fieldlosses.app.benchmarker import compat, launcher, records, registration
 
 MAP_R = "mean_average_precision_at_r"
 

@@ -17,7 +17,7 @@ if not MISSING:
     from powerful_benchmarker.runners.single_experiment_runner import SingleExperimentRunner
     from powerful_benchmarker.utils import common_functions as pb_c_f
 
-    from pml_fieldlosses.benchmarker import compat, launcher, registration, synthetic, trunks
+    from pml_fieldlosses.app.benchmarker import compat, launcher, registration, synthetic, trunks
 
 CONFIG_ROOT = Path(__file__).resolve().parents[1] / "configs"
 KEYWORDS = ("~OVERRIDE~", "~APPLY~", "~SWAP~", "~DELETE~", "~BAYESIAN~", "~LOG_BAYESIAN~", "~INT_BAYESIAN~")
@@ -161,7 +161,7 @@ def test_usage_errors_are_one_line(tmp_path, capsys, args, message):
 
 def test_usage_error_exit_code_from_the_command_line(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "pml_fieldlosses.benchmarker", "--root_experiment_folder", str(tmp_path),
+        [sys.executable, "-m", "pml_fieldlosses.app.benchmarker", "--root_experiment_folder", str(tmp_path),
          "--experiment_name", "x", "--config_model", "[tiny]"],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
@@ -177,7 +177,7 @@ def test_experiment_folder_taken_exits_0(tmp_path):
     (tmp_path / "x" / "some_folder").mkdir(parents=True)
     (tmp_path / "x" / "some_folder" / "file").write_text("")
     done = subprocess.run(
-        [sys.executable, "-m", "pml_fieldlosses.benchmarker", "--root_experiment_folder", str(tmp_path),
+        [sys.executable, "-m", "pml_fieldlosses.app.benchmarker", "--root_experiment_folder", str(tmp_path),
          "--experiment_name", "x", "--config_dataset", "[default,", "synthetic]", "--config_models",
          "[default,", "tiny]", "--config_transforms", "[default,", "small]"],
         capture_output=True, text=True, timeout=300, check=False,

@@ -21,7 +21,7 @@ if not MISSING:
     from powerful_benchmarker.runners.single_experiment_runner import SingleExperimentRunner
 
     from pml_fieldlosses import losses
-    from pml_fieldlosses.benchmarker import compat, launcher, protocol, records, registration, synthetic
+    from pml_fieldlosses.app.benchmarker import compat, launcher, protocol, records, registration, synthetic
     from pml_fieldlosses.models import RelationalEmbedder
 
 CONFIG_ROOT = Path(__file__).resolve().parents[1] / "configs"
@@ -120,7 +120,7 @@ def merged_configs(folder, names):
 
 def first_point(config):
     """The config with every search range replaced by its lower end (as a trial would)."""
-    from pml_fieldlosses.benchmarker.search_space import set_at_path, take_search_space
+    from pml_fieldlosses.app.benchmarker.search_space import set_at_path, take_search_space
 
     for parameter in take_search_space(config):
         set_at_path(config, parameter.name, parameter.bounds[0])
@@ -172,7 +172,7 @@ def test_config_root_is_complete():
 
 
 def test_take_search_space_and_set_at_path():
-    from pml_fieldlosses.benchmarker.search_space import set_at_path, take_search_space
+    from pml_fieldlosses.app.benchmarker.search_space import set_at_path, take_search_space
 
     loss = {"L": {"a~BAYESIAN~": [0, 1], "b~LOG_BAYESIAN~": [1e-3, 1], "n~INT_BAYESIAN~": [1, 5], "c": 2}}
     config = {
@@ -195,8 +195,8 @@ def test_take_search_space_and_set_at_path():
 
 
 def test_objective_and_report_helpers():
-    from pml_fieldlosses.benchmarker.reports import confidence_interval
-    from pml_fieldlosses.benchmarker.search_space import as_raw_data
+    from pml_fieldlosses.app.benchmarker.reports import confidence_interval
+    from pml_fieldlosses.app.benchmarker.search_space import as_raw_data
 
     assert as_raw_data("m", (np.float64(0.5), np.float64(0.1))) == {"m": (0.5, 0.1)}
     assert as_raw_data("m", 0.5) == {"m": 0.5}
@@ -230,8 +230,8 @@ def test_synthetic_images_are_class_structured():
 
 
 def test_image_set_as_pb_dataset():
-    from pml_fieldlosses.benchmarker.datasets import ImageSetDataset
-    from pml_fieldlosses.datasets import ImageSet
+    from pml_fieldlosses.app.benchmarker.datasets import ImageSetDataset
+    from pml_fieldlosses.app.datasets import ImageSet
 
     images = np.random.default_rng(0).integers(0, 255, size=(8, 8, 8, 3), dtype=np.uint8)
     image_set = ImageSet(images, np.repeat(np.arange(4), 2), list("abcd"), ["v"] * 8, 2)
@@ -260,9 +260,9 @@ def test_launcher_arguments():
     assert args.bayes_opt_iters == 2 and args.register == ["loss=pml_fieldlosses.losses"]
     assert rest == ["--experiment_name", "x", "--config_general", "[default,", "quick]", "--evaluate"]
     assert launcher.parse_registration("loss=pml_fieldlosses.losses") == ("loss", losses)
-    kind, cls = launcher.parse_registration("dataset=pml_fieldlosses.benchmarker.synthetic.SyntheticImages")
+    kind, cls = launcher.parse_registration("dataset=pml_fieldlosses.app.benchmarker.synthetic.SyntheticImages")
     assert (kind, cls) == ("dataset", synthetic.SyntheticImages)
-    for bad in ("loss", "=x", "loss=pml_fieldlosses.benchmarker.launcher.CONFIG_MARKER", "loss=no_such_package.x"):
+    for bad in ("loss", "=x", "loss=pml_fieldlosses.app.benchmarker.launcher.CONFIG_MARKER", "loss=no_such_package.x"):
         with pytest.raises(ValueError, match="--register"):
             launcher.parse_registration(bad)
     saved = sys.argv
@@ -299,7 +299,7 @@ def test_nothing_is_patched_on_import():
         "import sys, pml_fieldlosses, pml_fieldlosses.losses\n"
         "from pytorch_metric_learning.utils import common_functions\n"
         "before = ('powerful_benchmarker' in sys.modules, hasattr(common_functions, 'Identity'))\n"
-        "import pml_fieldlosses.benchmarker\n"
+        "import pml_fieldlosses.app.benchmarker\n"
         "print(before, hasattr(common_functions, 'Identity'))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -311,7 +311,7 @@ def test_parallel_trials_options(capsys):
         launcher.main(["--experiment_name", "x", "--bayes_opt_iters", "2", "--parallel_trials", "0"])
     assert exit_info.value.code == 2
     assert "--parallel_trials must be >= 1, got 0" in capsys.readouterr().err
-    from pml_fieldlosses.benchmarker.parallel import ParallelTrials
+    from pml_fieldlosses.app.benchmarker.parallel import ParallelTrials
 
     args, _ = launcher.build_parser().parse_known_args(
         ["--parallel_trials", "3", "--root_experiment_folder", "exp", "--experiment_name", "x"]

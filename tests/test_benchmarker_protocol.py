@@ -15,7 +15,7 @@ if not MISSING:
     from powerful_benchmarker import split_managers as pb_split_managers
     from powerful_benchmarker.utils import constants as const
 
-    from pml_fieldlosses.benchmarker import protocol, records
+    from pml_fieldlosses.app.benchmarker import protocol, records
 
 SPLIT = {
     "test_size": 0.5, "test_start_idx": 0.5, "num_training_partitions": 4, "num_training_sets": 4,

@@ -1,5 +1,5 @@
 """powerful-benchmarker runs end to end on CPU, through the launcher (``python -m
-pml_fieldlosses.benchmarker``, in subprocesses) on real data (a 48-class emoji subset
+pml_fieldlosses.app.benchmarker``, in subprocesses) on real data (a 48-class emoji subset
 as frozen EfficientNet-Lite0 features, built from npm into the bench's cache on first
 use): 4 class-disjoint folds of 2 short epochs, a loss with learnable parameters; killed
 after the first fold and resumed; then --evaluate (twice: no duplicate records) and
@@ -49,7 +49,7 @@ def launcher_command(folder, *args):
     return [
         sys.executable,
         "-m",
-        "pml_fieldlosses.benchmarker",
+        "pml_fieldlosses.app.benchmarker",
         "--root_experiment_folder",
         str(folder),
         *args,

@@ -10,13 +10,13 @@ import pytest
 import torch
 from scipy import stats
 
-from pml_fieldlosses import catalog, cli
-from pml_fieldlosses.bench import runs
-from pml_fieldlosses.bench.result import RunResult
-from pml_fieldlosses.bench.run import proxy_distance
-from pml_fieldlosses.claims import report, table, verdict
-from pml_fieldlosses.claims.run import evaluate, level_configs, missing_warning, report_folder
-from pml_fieldlosses.claims.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Interval
+from pml_fieldlosses.app import catalog, cli
+from pml_fieldlosses.app.bench import runs
+from pml_fieldlosses.app.bench.result import RunResult
+from pml_fieldlosses.app.bench.run import proxy_distance
+from pml_fieldlosses.app.claims import report, table, verdict
+from pml_fieldlosses.app.claims.run import evaluate, level_configs, missing_warning, report_folder
+from pml_fieldlosses.app.claims.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Interval
 
 from .test_bench import make_folder
 
@@ -142,7 +142,7 @@ def test_claims_are_chosen_by_id():
 
 
 def test_level_configs_run_each_loss_once_per_noise_level(folder, tmp_path):
-    from pml_fieldlosses.claims import claims_config
+    from pml_fieldlosses.app.claims import claims_config
 
     config = claims_config(data=str(folder), out=str(tmp_path))
     configs = level_configs(config, table.get_claims(["pfml-noise", "pfml-beats-cpml"]))
@@ -240,7 +240,7 @@ def test_a_missing_value_makes_the_comparison_inconclusive_and_is_named(tmp_path
 
 
 def test_report_folder_depends_on_the_claims_and_the_seeds(tmp_path):
-    from pml_fieldlosses.claims import claims_config
+    from pml_fieldlosses.app.claims import claims_config
 
     config = claims_config(out=str(tmp_path))
     full = report_folder(config)
@@ -253,7 +253,7 @@ def test_report_folder_depends_on_the_claims_and_the_seeds(tmp_path):
 
 
 def test_one_seed_says_no_interval_is_possible(tmp_path):
-    from pml_fieldlosses.claims import claims_config
+    from pml_fieldlosses.app.claims import claims_config
 
     test = {"mean_average_precision_at_r": 0.2, "precision_at_1": 0, "r_precision": 0}
     found = {(0.0, n, 0): RunResult(n, "x", 0, test, 5, 0.5) for n in ("A", "B")}

@@ -1,4 +1,4 @@
-"""pml_fieldlosses.cluster on a local Ray instance: results, retries after a killed worker,
+"""pml_fieldlosses.app.cluster on a local Ray instance: results, retries after a killed worker,
 job errors, the shared-folder check; warm actors (Workers) that keep their state between
 jobs, are restarted when killed and run the interrupted job again, once."""
 
@@ -10,7 +10,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from pml_fieldlosses import cluster, cluster_slots  # noqa: E402
+from pml_fieldlosses.app import cluster, cluster_slots  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -13,18 +13,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pml_fieldlosses.datasets import (
-    ImageSet,
-    IntegrityError,
-    NpmPackage,
-    UnsafeArchiveError,
-    load_emoji,
-    load_image_folder,
-    safe_extract,
-    sha512_integrity,
-)
-from pml_fieldlosses.datasets import emoji as emoji_module
-from pml_fieldlosses.datasets.npm import npm_pack
+from pml_fieldlosses.app.datasets import ImageSet, IntegrityError, NpmPackage, UnsafeArchiveError, load_emoji, load_image_folder, safe_extract, sha512_integrity
+from pml_fieldlosses.app.datasets import emoji as emoji_module
+from pml_fieldlosses.app.datasets.npm import npm_pack
 
 FAKE_NPM = """#!{python}
 import json, shutil, sys
@@ -366,7 +357,7 @@ def test_imageset_round_trip(tmp_path):
 
 
 def test_cache_dir_override(tmp_path, monkeypatch):
-    from pml_fieldlosses.datasets import CACHE_ENV_VAR, cache_dir
+    from pml_fieldlosses.app.datasets import CACHE_ENV_VAR, cache_dir
 
     monkeypatch.setenv(CACHE_ENV_VAR, str(tmp_path / "env"))
     assert cache_dir() == (tmp_path / "env").resolve()
@@ -388,8 +379,8 @@ def test_a_bad_build_record_is_named_with_the_command_that_clears_it(registry, t
 
 
 def test_built_in_data_sets_are_one_registry_entry_each(tmp_path, monkeypatch):
-    from pml_fieldlosses import datasets
-    from pml_fieldlosses.bench import BenchConfig
+    from pml_fieldlosses.app import datasets
+    from pml_fieldlosses.app.bench import BenchConfig
 
     assert {"emoji", "icons"} <= set(datasets.DATASETS)
     assert {"google", "lucide"} <= set(datasets.SOURCE_LICENSES)  # the report names every image licence
@@ -434,7 +425,7 @@ def test_waiting_for_another_process_build_is_said(tmp_path, capfd):
     import multiprocessing
     import threading
 
-    from pml_fieldlosses.datasets.cache import build_lock
+    from pml_fieldlosses.app.datasets.cache import build_lock
 
     entry = tmp_path / "entry"
     context = multiprocessing.get_context("fork")

@@ -6,22 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from pml_fieldlosses.datasets import icons
-from pml_fieldlosses.datasets.icons import (
-    LICENSES,
-    LICENSES_BY_PACKAGE,
-    PACKAGES,
-    SOURCES,
-    SYNONYMS,
-    IconSource,
-    check_not_blank,
-    class_order,
-    load_icons,
-    match_icons,
-    normalise,
-    select_classes,
-)
-from pml_fieldlosses.datasets.npm import NpmPackage, sha512_integrity
+from pml_fieldlosses.app.datasets import icons
+from pml_fieldlosses.app.datasets.icons import LICENSES, LICENSES_BY_PACKAGE, PACKAGES, SOURCES, SYNONYMS, IconSource, check_not_blank, class_order, load_icons, match_icons, normalise, select_classes
+from pml_fieldlosses.app.datasets.npm import NpmPackage, sha512_integrity
 
 from .test_datasets import install_fake_npm, make_tarball
 

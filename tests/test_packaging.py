@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pml_fieldlosses import _extras
+from pml_fieldlosses.app import entry_points, extras
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -49,12 +49,12 @@ def test_core_dependencies_are_the_losses_only():
 
 
 def test_extras_match_the_guards_table():
-    """Every distribution of every extra has its module in _extras.EXTRAS (what the
+    """Every distribution of every extra has its module in extras.EXTRAS (what the
     console-script guards look up), and nothing else is there."""
-    extras = PYPROJECT["project"]["optional-dependencies"]
-    assert set(extras) == set(_extras.EXTRAS)
-    for name, requirements in extras.items():
-        assert {requirement_name(r) for r in requirements} == set(_extras.EXTRAS[name]), name
+    declared = PYPROJECT["project"]["optional-dependencies"]
+    assert set(declared) == set(extras.EXTRAS)
+    for name, requirements in declared.items():
+        assert {requirement_name(r) for r in requirements} == set(extras.EXTRAS[name]), name
 
 
 def test_faiss_flavours_are_exclusive():
@@ -70,8 +70,8 @@ def test_faiss_flavours_are_exclusive():
 def test_scripts_go_through_the_guards():
     scripts = PYPROJECT["project"]["scripts"]
     assert scripts == {
-        "pml-fieldlosses": "pml_fieldlosses._extras:bench_main",
-        "pml-fieldlosses-pb": "pml_fieldlosses._extras:pb_main",
+        "pml-fieldlosses": "pml_fieldlosses.app.entry_points:bench_main",
+        "pml-fieldlosses-pb": "pml_fieldlosses.app.entry_points:pb_main",
     }
 
 
@@ -88,24 +88,24 @@ def test_license():
 def test_guard_message_is_one_line(monkeypatch):
     """A missing module of the extra: SystemExit with one line naming the pip command;
     a present one: no exit."""
-    real = _extras.importlib.util.find_spec
-    monkeypatch.setattr(_extras.importlib.util, "find_spec",
+    real = extras.importlib.util.find_spec
+    monkeypatch.setattr(extras.importlib.util, "find_spec",
                         lambda name, *a: None if name in ("cairosvg", "faiss") else real(name, *a))
     with pytest.raises(SystemExit) as exc:
-        _extras.require("pml-fieldlosses", ["bench", "faiss-cpu"])
+        extras.require("pml-fieldlosses", ["bench", "faiss-cpu"])
     message = str(exc.value.code)
     assert "\n" not in message
     assert 'pip install "pml-fieldlosses[bench,faiss-cpu]"' in message and "cairosvg, faiss" in message
-    monkeypatch.setattr(_extras.importlib.util, "find_spec", real)
-    _extras.require("pml-fieldlosses", ["test"])  # pytest and hypothesis are here
+    monkeypatch.setattr(extras.importlib.util, "find_spec", real)
+    extras.require("pml-fieldlosses", ["test"])  # pytest and hypothesis are here
 
 
 def test_guard_does_not_hide_our_import_errors(monkeypatch):
     """The guard looks the extra's packages up; an ImportError of our own code goes through."""
-    monkeypatch.setattr(_extras, "require", lambda *a, **k: None)
-    monkeypatch.setitem(sys.modules, "pml_fieldlosses.cli", None)  # import raises ImportError
+    monkeypatch.setattr(entry_points, "require", lambda *a, **k: None)
+    monkeypatch.setitem(sys.modules, "pml_fieldlosses.app.cli", None)  # import raises ImportError
     with pytest.raises(ImportError):
-        _extras.bench_main()
+        entry_points.bench_main()
 
 
 # ---------------------------------------------------------------- the core-only venv

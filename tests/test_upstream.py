@@ -1,4 +1,4 @@
-"""The upstream kit (python -m pml_fieldlosses.upstream), without network: applied to a
+"""The upstream kit (python -m pml_fieldlosses.app.upstream), without network: applied to a
 copy of the installed pytorch_metric_learning laid out like a checkout, whose generated
 unittest files then run against the patched copy in a process where pml_fieldlosses
 cannot be imported. docs/upstream.md has the run against a real PML checkout."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import pytorch_metric_learning
 
-from pml_fieldlosses.upstream import edits, sources, tests_gen
+from pml_fieldlosses.app.upstream import edits, sources, tests_gen
 
 # PML's tests/__init__.py is not in the wheel; its contract for the test modules, as in
 # PML: TEST_DTYPES and TEST_DEVICE from the environment, src/ first on the path
@@ -42,7 +42,7 @@ def checkout(tmp_path_factory):
     (root / "tests" / "losses").mkdir(parents=True)
     (root / "tests" / "__init__.py").write_text(TESTS_INIT)
     (root / "tests" / "losses" / "__init__.py").write_text("")
-    result = subprocess.run([sys.executable, "-m", "pml_fieldlosses.upstream", str(root)],
+    result = subprocess.run([sys.executable, "-m", "pml_fieldlosses.app.upstream", str(root)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     return root, result.stdout
@@ -99,7 +99,7 @@ def test_generated_unittest_fails_on_a_wrong_loss(checkout, tmp_path):
 def test_kit_is_idempotent(checkout):
     root, _ = checkout
     before = {p: p.read_text() for p in root.rglob("*.py")}
-    from pml_fieldlosses.upstream import apply
+    from pml_fieldlosses.app.upstream import apply
 
     assert set(apply(root).values()) == {"unchanged"}
     assert {p: p.read_text() for p in root.rglob("*.py")} == before
@@ -135,7 +135,7 @@ def test_mentions_without_a_place_in_pml_are_refused():
     assert sources.map_mentions("see pml_fieldlosses.utils.checks.check_positive", "x") == (
         "see pytorch_metric_learning.utils.checks.check_positive")
     with pytest.raises(sources.KitError):
-        sources.map_mentions("import pml_fieldlosses.bench", "x")
+        sources.map_mentions("import pml_fieldlosses.app.bench", "x")
 
 
 def test_our_docs_have_every_loss_in_pml_format():

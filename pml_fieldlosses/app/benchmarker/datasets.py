@@ -1,4 +1,4 @@
-"""pml_fieldlosses' image sets (pml_fieldlosses.datasets) as pb datasets.
+"""pml_fieldlosses' image sets (pml_fieldlosses.app.datasets) as pb datasets.
 
 pb builds a dataset as ``Dataset(root=<--dataset_root>, transform=..., download=...)``,
 six times per run (train/eval transforms x train/val/test), reads its ``labels`` and
@@ -47,7 +47,7 @@ def cached_image_folder(root, image_size):
 
 class ClassFolders(ImageSetDataset):
     """Your images, one sub-folder per class under ``root``
-    (pml_fieldlosses.datasets.load_image_folder; classes sorted by folder name)."""
+    (pml_fieldlosses.app.datasets.load_image_folder; classes sorted by folder name)."""
 
     def __init__(self, root, transform=None, download=False, image_size=64):
         super().__init__(cached_image_folder(str(root), image_size), transform)
@@ -72,7 +72,7 @@ def load_emoji(image_size, vendors, cache, num_classes):
 
 
 class Emoji(ImageSetDataset):
-    """Multi-vendor emoji (pml_fieldlosses.datasets.load_emoji) from the bench's cache
+    """Multi-vendor emoji (pml_fieldlosses.app.datasets.load_emoji) from the bench's cache
     (``cache``, else $PML_FIELDLOSSES_CACHE, else the user cache directory), built with
     npm on first use; pb's ``root`` (--dataset_root) and ``download`` are not used.
     ``num_classes``: only the first classes (Unicode order), e.g. for quick checks."""

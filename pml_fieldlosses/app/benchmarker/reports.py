@@ -14,7 +14,7 @@ from powerful_benchmarker.utils import common_functions as pb_c_f
 from powerful_benchmarker.utils import constants as const
 from record_keeper.db_utils import DBManager
 
-from ..utils.stats import mean_ci
+from ..stats import mean_ci
 from .protocol import STATUSES, ProtocolError
 
 # columns of the evaluation records that are not accuracies (record-keeper >= 0.9.31 adds ~iteration~)

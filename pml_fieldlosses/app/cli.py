@@ -47,7 +47,7 @@ def select_parser(subparsers):
         description="Train each candidate of every loss's tuned hyperparameter (its margin, radius or "
         "temperature: the published default, and the values with half and twice its margin) once with "
         "the benchmark's protocol and compare their best validation MAP@R; the test classes are never "
-        "evaluated. Prints the table and the SELECTED dict of pml_fieldlosses/catalog.py.",
+        "evaluated. Prints the table and the SELECTED dict of pml_fieldlosses/app/catalog.py.",
     )
     add_shared_options(p)
     p.set_defaults(func=run_select_command)

@@ -1,4 +1,4 @@
-"""pml_fieldlosses.backbones' trunks as pb models.
+"""pml_fieldlosses.app.backbones' trunks as pb models.
 
 Our backbones take RGB floats in [0, 255] and have an int ``out_features``. pb's
 TransformFactory makes the image transform from a trunk's ``mean``, ``std``,

@@ -7,7 +7,7 @@ never evaluated. Ties keep the published default.
 pml-fieldlosses select                                # every loss, default data
 pml-fieldlosses select --losses PFML,CPML --data PATH
 
-It prints the table and the ``SELECTED`` dict to put in pml_fieldlosses/catalog.py.
+It prints the table and the ``SELECTED`` dict to put in pml_fieldlosses/app/catalog.py.
 """
 
 import json

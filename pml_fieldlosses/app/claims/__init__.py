@@ -1,7 +1,7 @@
 """``pml-fieldlosses claims``: the papers' claims, each tested by the experiment
 its table entry names, with the bench's protocol, runs and seeds.
 
-from pml_fieldlosses.claims import claims_config, run_claims
+from pml_fieldlosses.app.claims import claims_config, run_claims
 run_claims(claims_config(quick=True), ids=["pfml-alpha"])
 
 table.py: the claims (one entry each); verdict.py: the rule; run.py: the runs

@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..utils.stats import mean_ci
+from ..stats import mean_ci
 from .run import arm_values, measure
 from .table import MEASURES
 

@@ -1,4 +1,4 @@
-"""The console scripts, behind a check that the extra they need is installed.
+"""What each extra of pyproject.toml installs, and the check that one is installed.
 
 ``pip install pml-fieldlosses`` installs only the losses, the DRML head and the DDP
 wrapper. ``pml-fieldlosses`` (the bench) and ``pml-fieldlosses-pb`` (the MLRC runner)
@@ -90,19 +90,3 @@ def require(command, extras, pb=False):
             f"{command} needs {', '.join(missing)}, not installed here: "
             f"{install_hint(needed, pb_missing)}{faiss_note}"
         )
-
-
-def bench_main():
-    """``pml-fieldlosses``: the bench (pml_fieldlosses.cli)."""
-    require("pml-fieldlosses", ["bench", FAISS_EXTRA])
-    from .cli import main
-
-    return main()
-
-
-def pb_main():
-    """``pml-fieldlosses-pb``: the MLRC runner (pml_fieldlosses.benchmarker)."""
-    require("pml-fieldlosses-pb", ["pb", FAISS_EXTRA], pb=True)
-    from .benchmarker import main
-
-    return main()

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from ..catalog import get_entry
-from ..utils.stats import mean_ci
+from ..stats import mean_ci
 from .metrics import METRICS, PRIMARY
 from .result import UNTRAINED
 

@@ -29,9 +29,9 @@ import re
 from pytorch_metric_learning import losses as pml_losses
 from pytorch_metric_learning import miners
 
-from . import losses
+from .. import losses
 from .loss_entry import LossEntry, linear_embedder  # noqa: F401 (catalog.LossEntry, catalog.linear_embedder)
-from .models import RelationalEmbedder
+from ..models import RelationalEmbedder
 
 # The candidate the validation selection chose for the default data (emoji,
 # efficientnet-lite0, 64 px, embedding 128, protocol 2; selection seed 1000);

@@ -4,7 +4,7 @@ import torch
 from powerful_benchmarker import factories as pb_factories
 from powerful_benchmarker.utils import common_functions as pb_c_f
 
-from .. import losses
+from ... import losses
 from . import compat, synthetic
 
 
@@ -14,7 +14,7 @@ class ModelFactory(pb_factories.ModelFactory):
 
     A trunk with ``fc`` or ``last_linear`` is handled as in pb (that layer's input size is
     the trunk's output size, the layer becomes Identity). Otherwise the trunk's int
-    ``out_features`` attribute (as pml_fieldlosses.backbones' trunks have), or the
+    ``out_features`` attribute (as pml_fieldlosses.app.backbones' trunks have), or the
     factory's ``base_model_output_size``, gives it.
     """
 
@@ -47,7 +47,7 @@ class ModelFactory(pb_factories.ModelFactory):
 def field_classes():
     """kind -> our classes that pb should find by name (our losses module: only our losses,
     RelationalLoss included; pb finds PML's own losses in PML)."""
-    from ..models import RelationalEmbedder
+    from ...models import RelationalEmbedder
     from . import datasets, trunks
 
     return {

@@ -67,7 +67,7 @@ def apply(checkout, tests_dir=None, docs=None):
     loss_names = [n for m in sources.LOSS_MODULES for n in sources.exported_classes(m)]
     unknown = set(loss_names) - set(tests_gen.CASES)
     if unknown:
-        raise KitError(f"no test case for {sorted(unknown)}: add it to pml_fieldlosses/upstream/tests_gen.py CASES")
+        raise KitError(f"no test case for {sorted(unknown)}: add it to pml_fieldlosses/app/upstream/tests_gen.py CASES")
     test_files = {name: tests_gen.test_file(name, tests_dir) for name in loss_names}
     sections = {
         n: edits.pml_doc_format(s, n, edits.defaults_from_code(*tests_gen.loss_factory(n)))
@@ -148,7 +148,7 @@ def pr_description(written):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="python -m pml_fieldlosses.upstream",
+        prog="python -m pml_fieldlosses.app.upstream",
         description="Write our losses, their tests and docs into a pytorch-metric-learning checkout "
         "and print a pull-request description.",
     )

@@ -26,8 +26,8 @@ import uuid
 
 
 def import_ray():
-    """Ray, or one line naming the pip command of the cluster extra (pml_fieldlosses._extras)."""
-    from ._extras import require
+    """Ray, or one line naming the pip command of the cluster extra (pml_fieldlosses.app.extras)."""
+    from .extras import require
 
     require("running on Ray", ["cluster"])
     import ray

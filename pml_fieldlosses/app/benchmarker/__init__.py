@@ -4,7 +4,7 @@ the current ax-platform.
 
 Importing this package imports powerful_benchmarker (install the ``[pb]`` extra);
 ``import pml_fieldlosses`` never imports it. Nothing is patched until the launcher
-(``pml-fieldlosses-pb``, ``python -m pml_fieldlosses.benchmarker``) runs. See
+(``pml-fieldlosses-pb``, ``python -m pml_fieldlosses.app.benchmarker``) runs. See
 docs/benchmarker.md.
 """
 

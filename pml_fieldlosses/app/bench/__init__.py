@@ -1,6 +1,6 @@
 """``pml-fieldlosses bench``: every loss on the same footing, on real data, with a report.
 
-from pml_fieldlosses.bench import BenchConfig, run_bench
+from pml_fieldlosses.app.bench import BenchConfig, run_bench
 rows = run_bench(BenchConfig(losses=("ProxyAnchor", "MFCWMS"), seeds=3))
 """
 

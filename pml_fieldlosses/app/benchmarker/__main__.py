@@ -1,0 +1,3 @@
+from ..entry_points import pb_main
+
+pb_main()

@@ -1,3 +1,0 @@
-from .._extras import pb_main
-
-pb_main()
