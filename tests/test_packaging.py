@@ -218,7 +218,7 @@ def test_core_install_finds_the_pb_config_root(core_venv):
     in the installed wheel, not in a checkout."""
     python = str(core_venv / "bin" / "python")
     package = run([python, "-c", "import pml_fieldlosses; print(pml_fieldlosses.__path__[0])"], cwd=core_venv)
-    launcher = Path(package.stdout.strip()) / "benchmarker" / "launcher.py"
+    launcher = Path(package.stdout.strip()) / "app" / "benchmarker" / "launcher.py"
     tree = ast.parse(launcher.read_text())
     keep = [n for n in tree.body
             if (isinstance(n, ast.FunctionDef) and n.name == "default_config_root")

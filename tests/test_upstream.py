@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import pytorch_metric_learning
 
-from pml_fieldlosses.app.upstream import edits, sources, tests_gen
+from pml_fieldlosses.app.upstream import edits, kit, sources
 
 # PML's tests/__init__.py is not in the wheel; its contract for the test modules, as in
 # PML: TEST_DTYPES and TEST_DEVICE from the environment, src/ first on the path
@@ -87,9 +87,9 @@ def test_generated_unittest_fails_on_a_wrong_loss(checkout, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(root, copy)
     test = copy / "tests/losses/test_mean_field_contrastive_loss.py"
-    test.write_text(test.read_text().replace(
-        tests_gen.CASES["MeanFieldContrastiveLoss"].reference,
-        tests_gen.CASES["MeanFieldContrastiveLoss"].reference.replace("0.9", "0.8")))
+    reference = "mean_field_contrastive(x, y, W, 0.1, 0.9, 0.5, 2)"
+    assert reference in test.read_text()
+    test.write_text(test.read_text().replace(reference, reference.replace("0.9", "0.8")))
     env = dict(os.environ, TEST_DTYPES="float64", TEST_DEVICE="cpu", PYTHONPATH=str(copy / "src"))
     result = subprocess.run([sys.executable, "-c", BLOCKED_UNITTEST, "tests.losses.test_mean_field_contrastive_loss"],
                             cwd=copy, env=env, capture_output=True, text=True)
@@ -141,6 +141,6 @@ def test_mentions_without_a_place_in_pml_are_refused():
 def test_our_docs_have_every_loss_in_pml_format():
     text = (sources.PACKAGE_DIR.parent / "docs" / "losses.md").read_text()
     for name, section in edits.doc_sections(text, LOSSES).items():
-        section = edits.pml_doc_format(section, name, edits.defaults_from_code(*tests_gen.loss_factory(name)))
+        section = edits.pml_doc_format(section, name, edits.defaults_from_code(*kit.loss_factory(name)))
         for heading in ("**Parameters**:", "**Default distance**", "**Default reducer**", "**Reducer input**:"):
             assert heading in section, (name, heading)

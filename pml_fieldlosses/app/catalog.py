@@ -1,7 +1,7 @@
 """The one table of losses that the bench, the tests and the benchmark scripts
-read: PML's losses (``pytorch_metric_learning.losses``) and ours
-(``pml_fieldlosses.losses``). Import-light: torch, PML and this package's
-losses and models only.
+read: PML's losses (``pytorch_metric_learning.losses``) and ours, each from its
+declaration (``pml_fieldlosses.declarations``). Import-light: torch, PML and the
+library only.
 
 Each entry has one tuned hyperparameter, the one that sets its margin (or
 radius, or temperature), with three candidates: the published default (PML's
@@ -30,8 +30,8 @@ from pytorch_metric_learning import losses as pml_losses
 from pytorch_metric_learning import miners
 
 from .. import losses
+from ..declarations import DECLARATIONS, drml, drml_pair, relational_embedder
 from .loss_entry import LossEntry, linear_embedder  # noqa: F401 (catalog.LossEntry, catalog.linear_embedder)
-from ..models import RelationalEmbedder
 
 # The candidate the validation selection chose for the default data (emoji,
 # efficientnet-lite0, 64 px, embedding 128, protocol 2; selection seed 1000);
@@ -50,40 +50,6 @@ SELECTED = {
     "CPML": 0.4,
     "DRML-ProxyAnchor": 0.2,
 }
-DRML_BRANCHES = 4
-
-
-def drml(base):
-    """``make`` of the DRML relational head around the PML loss class ``base``
-    (one with class parameters sized (num_classes, embedding_size) and a
-    ``margin``), built like any loss (the head's branch outputs travel with its
-    output); ``margin``: that of the representation and branch losses."""
-
-    def make(C, D, margin):
-        def branches():
-            return base(C, D // DRML_BRANCHES, margin=margin)
-
-        return losses.RelationalLoss(
-            base(C, D, margin=margin), branch_losses=branches, num_branches=DRML_BRANCHES, embedding_size=D
-        )
-
-    return make
-
-
-def _drml_pair(base, miner):
-    """``make`` of the DRML head around a pair loss without class parameters
-    (one loss for the embedding and every branch) with ``miner()`` for the branches."""
-
-    def make(C, D, margin):
-        return losses.RelationalLoss(
-            base(margin=margin), num_branches=DRML_BRANCHES, embedding_size=D, branch_miner=miner()
-        )
-
-    return make
-
-
-def _relational_embedder(F, D):
-    return RelationalEmbedder(F, D, num_branches=DRML_BRANCHES)
 
 
 def _triplet_miner():
@@ -91,6 +57,7 @@ def _triplet_miner():
     return miners.TripletMarginMiner(margin=0.05, type_of_triplets="semihard")
 
 
+# PML's losses, then ours (pml_fieldlosses.declarations, in their order there);
 # grids: the published default, then the values with half and twice its distance margin
 _TABLE = [
     LossEntry("ProxyAnchor", "PML", pml_losses.ProxyAnchorLoss, "margin", (0.1, 0.05, 0.2)),
@@ -111,23 +78,7 @@ _TABLE = [
     LossEntry("CosFace", "PML", pml_losses.CosFaceLoss, "margin", (0.35, 0.175, 0.7)),
     LossEntry("ArcFace", "PML", pml_losses.ArcFaceLoss, "margin", (28.6, 14.3, 57.2)),  # degrees
     LossEntry("NormSoftmax", "PML", pml_losses.NormalizedSoftmaxLoss, "temperature", (0.05, 0.025, 0.1)),
-    # cosine distance
-    LossEntry("MFCont", "ours", losses.MeanFieldContrastiveLoss, "neg_margin", (0.3, 0.15, 0.6)),
-    # similarity threshold: distance margin 1 - base = 0.2, 0.1, 0.4
-    LossEntry("CWMS", "ours", losses.ClassWiseMultiSimilarityLoss, "base", (0.8, 0.9, 0.6), per_class=False),
-    LossEntry("MFCWMS", "ours", losses.MeanFieldClassWiseMultiSimilarityLoss, "base", (0.8, 0.9, 0.6)),
-    # radius of both potentials (the paper cross-validates it in [0.1, 0.3])
-    LossEntry("PFML", "ours", losses.PotentialFieldLoss, "delta", (0.2, 0.1, 0.4)),
-    LossEntry("CPML", "ours", losses.ContrastivePotentialLoss, "delta", (0.2, 0.1, 0.4)),
-    LossEntry(
-        "DRML-ProxyAnchor",
-        "ours",
-        losses.RelationalLoss,
-        "margin",
-        (0.1, 0.05, 0.2),
-        make=drml(pml_losses.ProxyAnchorLoss),
-        embedder=_relational_embedder,
-    ),
+    *(LossEntry.declared(declaration) for declaration in DECLARATIONS),
 ]
 LOSSES = {entry.name: entry.with_value(SELECTED.get(entry.name, entry.default)) for entry in _TABLE}
 
@@ -151,8 +102,8 @@ _EXTRA_TABLE = [
         "margin",
         (0.05, 0.025, 0.1),
         miner=_triplet_miner,
-        make=_drml_pair(pml_losses.TripletMarginLoss, _triplet_miner),
-        embedder=_relational_embedder,
+        make=drml_pair(pml_losses.TripletMarginLoss, _triplet_miner),
+        embedder=relational_embedder,
     ),
     LossEntry(
         "DRML-CosFace",
@@ -161,7 +112,7 @@ _EXTRA_TABLE = [
         "margin",
         (0.35, 0.175, 0.7),
         make=drml(pml_losses.CosFaceLoss),
-        embedder=_relational_embedder,
+        embedder=relational_embedder,
     ),
 ]
 _WRAPS = {"DRML-CosFace": "CosFace"}

@@ -51,6 +51,20 @@ class LossEntry:
     # ((keyword, value), ...) set by the name, e.g. PFML[alpha=2] (get_entry)
     options: tuple = ()
 
+    @classmethod
+    def declared(cls, declaration):
+        """The entry of one of our losses, from its declaration (pml_fieldlosses.declarations)."""
+        return cls(
+            declaration.short_name,
+            "ours",
+            declaration.loss_class,
+            declaration.tuned,
+            declaration.grid,
+            per_class=declaration.per_class,
+            make=declaration.make,
+            embedder=declaration.embedder,
+        )
+
     def build(self, num_classes, embedding_size, **options):
         """The loss with the entry's value of its tuned hyperparameter and its
         ``options`` (the arguments win)."""

@@ -1,5 +1,7 @@
 from pytorch_metric_learning.losses import CrossBatchMemory
 
+from ..declarations import DECLARATIONS
+
 
 class CrossBatchMemoryWithClassWiseMultiSimilarity(CrossBatchMemory):
     """PML's CrossBatchMemory, also accepting our pair-based ClassWiseMultiSimilarityLoss.
@@ -23,9 +25,8 @@ class CrossBatchMemoryWithClassWiseMultiSimilarity(CrossBatchMemory):
 
     @classmethod
     def check_loss_support(cls, loss_name):
-        from . import ADDED_LOSSES
-
-        if loss_name not in cls.supported_losses() and loss_name in {c.__name__ for c in ADDED_LOSSES}:
+        ours = {d.loss_class.__name__ for d in DECLARATIONS}
+        if loss_name not in cls.supported_losses() and loss_name in ours:
             raise ValueError(
                 f"CrossBatchMemory makes no sense for {loss_name}: it does not compare embeddings with "
                 "a reference set of other embeddings (it uses learnable per-class parameters, or the "

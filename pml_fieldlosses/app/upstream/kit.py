@@ -6,7 +6,8 @@ from pathlib import Path
 
 import torch
 
-from . import edits, sources, tests_gen
+from ...declarations import DECLARATIONS
+from . import edits, sources, tests_copy
 from .sources import KitError
 
 REPO = sources.PACKAGE_DIR.parent
@@ -64,13 +65,16 @@ def apply(checkout, tests_dir=None, docs=None):
             names = sources.exported_classes(module)
             if names:
                 exports[target.rsplit(".", 1)[1]] = names
-    loss_names = [n for m in sources.LOSS_MODULES for n in sources.exported_classes(m)]
-    unknown = set(loss_names) - set(tests_gen.CASES)
-    if unknown:
-        raise KitError(f"no test case for {sorted(unknown)}: add it to pml_fieldlosses/app/upstream/tests_gen.py CASES")
-    test_files = {name: tests_gen.test_file(name, tests_dir) for name in loss_names}
+    contributed = [d for d in DECLARATIONS if d.upstream]
+    loss_names = [d.loss_class.__name__ for d in contributed]
+    test_files = {}
+    for declaration in contributed:
+        relative = Path(declaration.test_file).relative_to("tests")
+        if not (tests_dir / relative).is_file():
+            raise KitError(f"{declaration.loss_class.__name__} has no PML-style test: add {declaration.test_file}")
+        test_files[relative] = tests_copy.pml_test_file(tests_dir, relative)
     sections = {
-        n: edits.pml_doc_format(s, n, edits.defaults_from_code(*tests_gen.loss_factory(n)))
+        n: edits.pml_doc_format(s, n, edits.defaults_from_code(*loss_factory(n)))
         for n, s in edits.doc_sections(docs.read_text(), loss_names).items()
     }
 
@@ -84,13 +88,19 @@ def apply(checkout, tests_dir=None, docs=None):
     for test in sorted((checkout / "tests").rglob("test_*.py")):
         if "CrossBatchMemory.supported_losses()" in test.read_text():
             write(test, edits.add_to_loss_lists(test.read_text(), extra))
-    for name, text in test_files.items():
-        module = next(m for m in sources.LOSS_MODULES if name in sources.exported_classes(m))
-        write(checkout / "tests/losses" / f"test_{module.rsplit('.', 1)[1]}.py", text)
+    for relative, text in test_files.items():
+        write(checkout / "tests" / relative, text)
     pml_docs = checkout / "docs/losses.md"
     if pml_docs.is_file():
         write(pml_docs, edits.add_doc_sections(pml_docs.read_text(), sections))
     return written
+
+
+def loss_factory(name):
+    """(class, a function building it at its defaults for C = 9 classes of D = 6 dimensions)."""
+    declaration = next(d for d in DECLARATIONS if d.loss_class.__name__ == name)
+    sizes = (9, 6) if declaration.per_class else ()
+    return declaration.loss_class, lambda: declaration.loss_class(*sizes)
 
 
 def pr_description(written):

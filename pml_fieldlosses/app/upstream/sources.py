@@ -21,18 +21,14 @@ from pathlib import Path
 
 import pml_fieldlosses
 
+from ...declarations import DECLARATIONS
+
 OURS, THEIRS = "pml_fieldlosses", "pytorch_metric_learning"
 PACKAGE_DIR = Path(pml_fieldlosses.__file__).resolve().parent
 # our module -> its PML module, where the plain mapping would overwrite a PML module
 RENAMES = {"pml_fieldlosses.losses.mixins": "pytorch_metric_learning.losses.checked_forward_mixin"}
-# the losses the kit contributes (the DRML RelationalLoss needs our embedder: out of scope)
-LOSS_MODULES = [
-    "pml_fieldlosses.losses.mean_field_contrastive_loss",
-    "pml_fieldlosses.losses.class_wise_multi_similarity_loss",
-    "pml_fieldlosses.losses.mean_field_class_wise_multi_similarity_loss",
-    "pml_fieldlosses.losses.potential_field_loss",
-    "pml_fieldlosses.losses.contrastive_potential_loss",
-]
+# the modules of the losses the kit contributes, in the order of their declarations
+LOSS_MODULES = [d.loss_class.__module__ for d in DECLARATIONS if d.upstream]
 ALLOWED_TOP_LEVEL = {"torch", "numpy", THEIRS} | set(sys.stdlib_module_names)
 
 
