@@ -1,6 +1,6 @@
 """The one table of losses that the bench, the tests and the benchmark scripts
 read: PML's losses (``pytorch_metric_learning.losses``) and ours, each from its
-declaration (``pml_fieldlosses.declarations``). Import-light: torch, PML and the
+declaration (``pml_fieldlosses.losses.declarations``). Import-light: torch, PML and the
 library only.
 
 Each entry has one tuned hyperparameter, the one that sets its margin (or
@@ -30,7 +30,7 @@ from pytorch_metric_learning import losses as pml_losses
 from pytorch_metric_learning import miners
 
 from .. import losses
-from ..declarations import DECLARATIONS, drml, drml_pair, relational_embedder
+from ..losses.declarations import DECLARATIONS, drml, drml_pair, relational_embedder
 from .loss_entry import LossEntry, linear_embedder  # noqa: F401 (catalog.LossEntry, catalog.linear_embedder)
 
 # The candidate the validation selection chose for the default data (emoji,
@@ -57,7 +57,7 @@ def _triplet_miner():
     return miners.TripletMarginMiner(margin=0.05, type_of_triplets="semihard")
 
 
-# PML's losses, then ours (pml_fieldlosses.declarations, in their order there);
+# PML's losses, then ours (pml_fieldlosses.losses.declarations, in their order there);
 # grids: the published default, then the values with half and twice its distance margin
 _TABLE = [
     LossEntry("ProxyAnchor", "PML", pml_losses.ProxyAnchorLoss, "margin", (0.1, 0.05, 0.2)),

@@ -47,7 +47,7 @@ EXTRAS = {
     },
     "faiss-cpu": {"faiss-cpu": "faiss"},
     "faiss-gpu": {"faiss-gpu-cu12": "faiss"},
-    "test": {"pytest": "pytest", "hypothesis": "hypothesis"},
+    "test": {"pytest": "pytest", "hypothesis": "hypothesis", "import-linter": "importlinter"},
     "cluster": {"ray": "ray"},
 }
 # faiss comes in two flavours that install the same module: either one will do

@@ -53,7 +53,7 @@ class LossEntry:
 
     @classmethod
     def declared(cls, declaration):
-        """The entry of one of our losses, from its declaration (pml_fieldlosses.declarations)."""
+        """The entry of one of our losses, from its declaration (pml_fieldlosses.losses.declarations)."""
         return cls(
             declaration.short_name,
             "ours",

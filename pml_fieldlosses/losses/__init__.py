@@ -1,10 +1,10 @@
 """Our losses (PML's own: ``pytorch_metric_learning.losses``).
 
 Exports only this package's classes, so that nothing here shadows a PML name. The losses
-themselves are exported from their one declaration (``pml_fieldlosses.declarations``).
+themselves are exported from their one declaration (``declarations``).
 """
 
-from ..declarations import DECLARATIONS as _DECLARATIONS
+from .declarations import DECLARATIONS as _DECLARATIONS
 from .base_mean_field_loss import BaseMeanFieldLoss
 from .base_potential_loss import BasePotentialLoss
 from .cross_batch_memory import CrossBatchMemoryWithClassWiseMultiSimilarity

@@ -1,6 +1,6 @@
 from pytorch_metric_learning.losses import CrossBatchMemory
 
-from ..declarations import DECLARATIONS
+from .declarations import DECLARATIONS
 
 
 class CrossBatchMemoryWithClassWiseMultiSimilarity(CrossBatchMemory):

@@ -1,3 +1,6 @@
-from ..entry_points import pb_main
+"""``python -m pml_fieldlosses.app.benchmarker``: the same as ``pml-fieldlosses-pb``. The
+package imports powerful_benchmarker (the ``[pb]`` extra); the console script checks for it first."""
 
-pb_main()
+from .launcher import main
+
+main()

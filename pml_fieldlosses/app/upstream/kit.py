@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from ...declarations import DECLARATIONS
+from ...losses.declarations import DECLARATIONS
 from . import edits, sources, tests_copy
 from .sources import KitError
 

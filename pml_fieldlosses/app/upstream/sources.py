@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pml_fieldlosses
 
-from ...declarations import DECLARATIONS
+from ...losses.declarations import DECLARATIONS
 
 OURS, THEIRS = "pml_fieldlosses", "pytorch_metric_learning"
 PACKAGE_DIR = Path(pml_fieldlosses.__file__).resolve().parent

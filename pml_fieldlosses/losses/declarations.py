@@ -14,13 +14,13 @@ from typing import Callable, Optional
 
 from pytorch_metric_learning import losses as pml_losses
 
-from .losses.class_wise_multi_similarity_loss import ClassWiseMultiSimilarityLoss
-from .losses.contrastive_potential_loss import ContrastivePotentialLoss
-from .losses.mean_field_class_wise_multi_similarity_loss import MeanFieldClassWiseMultiSimilarityLoss
-from .losses.mean_field_contrastive_loss import MeanFieldContrastiveLoss
-from .losses.potential_field_loss import PotentialFieldLoss
-from .losses.relational_loss import RelationalLoss
-from .models.relational_embedder import RelationalEmbedder
+from .class_wise_multi_similarity_loss import ClassWiseMultiSimilarityLoss
+from .contrastive_potential_loss import ContrastivePotentialLoss
+from .mean_field_class_wise_multi_similarity_loss import MeanFieldClassWiseMultiSimilarityLoss
+from .mean_field_contrastive_loss import MeanFieldContrastiveLoss
+from .potential_field_loss import PotentialFieldLoss
+from .relational_loss import RelationalLoss
+from ..models.relational_embedder import RelationalEmbedder
 
 DRML_BRANCHES = 4
 
@@ -124,7 +124,7 @@ DECLARATIONS = [
         "DRML-ProxyAnchor",
         "margin",
         (0.1, 0.05, 0.2),
-        "naive_relational.relational_loss",
+        "naive_relational.naive_relational_loss",
         make=drml(pml_losses.ProxyAnchorLoss),
         embedder=relational_embedder,
         upstream=False,
