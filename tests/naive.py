@@ -1,4 +1,4 @@
-"""Naive references written from ../shared/spec/LOSSES.md with explicit Python
+"""Naive references of the mean-field papers' losses with explicit Python
 loops over samples, classes and pairs. Slow on purpose; small inputs only.
 Every function takes raw (unnormalised) tensors and returns a 0-dim tensor
 built from scalar torch ops, so autograd gives the reference gradients."""
@@ -26,7 +26,7 @@ def softplus_beta(t, beta):
 
 
 def mean_field_contrastive(x, y, W, pos_margin, neg_margin, mf_reg, mf_power, weights=None):
-    """Spec 2.2. x: (B, D), y: list of ints, W: (C, D) (row = class)."""
+    """MeanFieldContrastive loss (Furusawa, ICLR 2024). x: (B, D), y: list of ints, W: (C, D) (row = class)."""
     B, C = len(y), W.shape[0]
     main = 0
     for i in range(B):
@@ -49,7 +49,7 @@ def mean_field_contrastive(x, y, W, pos_margin, neg_margin, mf_reg, mf_power, we
 
 
 def class_wise_multi_similarity(x, y, alpha, beta, base, ref=None, ref_y=None, pairs=None):
-    """Spec 3.2. With ref/ref_y, j runs over the reference set. With `pairs`
+    """ClassWiseMultiSimilarity loss (Furusawa, ICLR 2024). With ref/ref_y, j runs over the reference set. With `pairs`
     (a set of (i, j) tuples), the class means run over those pairs only."""
     if ref is None:
         ref, ref_y = x, y
@@ -80,7 +80,7 @@ def class_wise_multi_similarity(x, y, alpha, beta, base, ref=None, ref_y=None, p
 
 
 def mean_field_class_wise_multi_similarity(x, y, W, alpha, beta, base, mf_reg, mf_power, weights=None):
-    """Spec 4.2. x: (B, D), y: list of ints, W: (C, D)."""
+    """MeanFieldClassWiseMultiSimilarity loss (Furusawa, ICLR 2024). x: (B, D), y: list of ints, W: (C, D)."""
     B, C = len(y), W.shape[0]
     w = [1.0] * B if weights is None else weights
     n = [sum(1 for i in range(B) if y[i] == c) for c in range(C)]

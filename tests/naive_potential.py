@@ -1,5 +1,5 @@
-"""Naive references for the potential-field losses, written from
-../shared/spec/LOSSES.md section 6: an explicit Python loop over all ordered
+"""Naive references for the potential-field losses (Bhatnagar & Ahuja, CVPR 2025;
+docs/derivations.md, 'The energy'): an explicit Python loop over all ordered
 pairs of points (slow on purpose, small inputs only). It takes raw tensors
 x (B, D), labels y (list or tensor), proxies (N, M, D) and returns the
 per-point energies [E_a] (batch points first, then the proxies class-major);

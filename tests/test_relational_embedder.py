@@ -1,4 +1,4 @@
-"""RelationalEmbedder against hand-computed values and a naive loop reference (spec 7.2-7.3)."""
+"""RelationalEmbedder against hand-computed values and a naive loop reference (docs/derivations.md, 'The relational head (DRML)')."""
 
 import copy
 import io
@@ -23,7 +23,7 @@ def skip_half_training(dtype):
 
 
 def naive_forward(module, features):
-    """Spec 7.3 with explicit loops over samples and branches, from the module's
+    """The forward (docs/derivations.md, 'Forward') with explicit loops over samples and branches, from the module's
     parameters (branch k of a BranchLinear is weight[k], bias[k]).
     Returns embeddings (B, K*E), nodes (B, K, E), errors (B, K)."""
     K, n_in = module.num_branches, module.branch_in_features

@@ -177,8 +177,9 @@ class RelationalEmbedder(torch.nn.Module):
         return embeddings
 
     def compute(self, features, rescale=False):
-        """Spec 7.3: embeddings, nodes, norms of the node pre-activations and (training mode)
-        the reconstruction errors; rescale: see normalize_rows."""
+        """The forward (docs/derivations.md, 'The relational head (DRML)'): embeddings,
+        nodes, norms of the node pre-activations and (training mode) the reconstruction
+        errors; rescale: see normalize_rows."""
         h = features.reshape(len(features), self.num_branches, self.branch_in_features)
         h_detached = h.detach()
         nodes, norms = normalize_rows(self.nodes(h), rescale)
