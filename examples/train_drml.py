@@ -2,7 +2,7 @@
 
     python examples/train_drml.py                          # ProxyAnchor as the base loss
     python examples/train_drml.py --base-loss triplet      # TripletMarginLoss + TripletMarginMiner
-    python examples/train_drml.py --base-loss mfcont --epochs 10 --log-dir /tmp/drml_logs
+    python examples/train_drml.py --base-loss mfcont --epochs 10 --log-dir drml_logs
 
 The data are synthetic (Gaussian classes in a low-dimensional subspace of noisy
 inputs; validation on classes not seen in training), so the script runs in

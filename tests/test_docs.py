@@ -120,3 +120,57 @@ def test_a_mention_wrapped_over_two_lines_is_reported_at_its_first_line():
 )
 def test_ordinary_text_is_not_flagged(text):
     assert not violations(text)
+
+
+# The code, configs and scripts speak to users too: no specification outside the repository
+# (they cite docs/), no issue references, no paths of the machine something was measured on.
+CODE_FORBIDDEN = {
+    "a local path": re.compile(r"(?<![\w.~:/-])/(?:work|root|home|Users)/"),
+    "an issue reference": re.compile(r"\bissues? #?\d+\b|\bstop \d+\b|\bDone-when\b", re.IGNORECASE),
+    "a mention of the specification outside the repository": re.compile(
+        r"\bLOSSES\.md|\bshared/(?:spec|notes)\b|\b[Ss]pec(?:'s)? (?:§ ?)?\d+(?:\.\d+)*"
+    ),
+}
+CODE = sorted(
+    path
+    for pattern in ("pml_fieldlosses/**/*.py", "tests/**/*.py", "benchmarks/*.py", "scripts/**/*.py",
+                    "examples/*.py", "configs/**/*.yaml", "pyproject.toml", ".ci/run")
+    for path in ROOT.glob(pattern)
+    if path.name != "test_docs.py"
+)
+
+
+def code_violations(text):
+    flat = text.replace("\n", " ")
+    return sorted(
+        (text.count("\n", 0, match.start()) + 1, what, match.group(0))
+        for what, pattern in CODE_FORBIDDEN.items()
+        for match in pattern.finditer(flat)
+    )
+
+
+def test_code_cites_the_docs_not_the_specification():
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {what}: {text!r}"
+        for path in CODE
+        for number, what, text in code_violations(path.read_text())
+    ]
+    assert len(CODE) > 100 and not found, "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    "text, kind",
+    [
+        ('"""Spec 2.2. x: (B, D)', "a mention of the specification outside the repository"),
+        ("# see LOSSES.md", "a mention of the specification outside the repository"),
+        ("# the official values (spec 6.4)", "a mention of the specification outside the repository"),
+        ("# as measured in issue 16", "an issue reference"),
+        ('DATA = "/work/data/glyphs"', "a local path"),
+    ],
+)
+def test_each_kind_is_found_in_code(text, kind):
+    assert kind in [what for _, what, _ in code_violations(text)]
+
+
+def test_code_words_are_not_flagged():
+    assert not code_violations("def parse_registration(spec):\n    specs = [spec]  # a pb spec\ntmp = '/tmp/x'\n")
