@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from pml_fieldlosses.app import bench, cli
-from pml_fieldlosses.app.bench import BenchConfig, read_embeddings, run_bench
+from pml_fieldlosses.app import cli
+from pml_fieldlosses.app.bench import BenchConfig, pipeline, run_bench
 from pml_fieldlosses.app.bench.features import load_cached
+from pml_fieldlosses.app.bench.figures import read_embeddings
 from pml_fieldlosses.app.bench.result import BenchFileError, RunResult, add_wall_time, read_json
 from pml_fieldlosses.app.bench.runs import finished
 from pml_fieldlosses.app.datasets import ImageSet, load_image_folder
@@ -167,7 +168,7 @@ def test_wall_time_sums_every_invocation(folder, tmp_path, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bench, "run_all", interrupted)
+    monkeypatch.setattr(pipeline, "run_all", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_bench(config)
     assert len(read_json(out / "wall_time.json")["invocations"]) == 3  # an interrupted one counts too
@@ -294,7 +295,7 @@ def test_ctrl_c_on_the_bench_command_keeps_finished_runs_and_resumes(folder, tmp
     argv = ["bench", "--data", str(folder), "--backbone", "convnet", "--image-size", "16", "--seeds", "2"]
     argv += ["--losses", "ProxyAnchor,CWMS,MFCWMS", "--epochs", "60", "--workers", "2"]
     argv += ["--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache")]
-    code = f"import sys; from pml_fieldlosses import cli; sys.exit(cli.main({argv!r}))"
+    code = f"import sys; from pml_fieldlosses.app import cli; sys.exit(cli.main({argv!r}))"
     bench = subprocess.Popen(
         [sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, start_new_session=True
     )

@@ -15,7 +15,9 @@ from pml_fieldlosses.app.bench import runs
 from pml_fieldlosses.app.bench.result import RunResult
 from pml_fieldlosses.app.bench.run import proxy_distance
 from pml_fieldlosses.app.claims import report, table, verdict
-from pml_fieldlosses.app.claims.run import evaluate, level_configs, missing_warning, report_folder
+from pml_fieldlosses.app.claims.measures import evaluate
+from pml_fieldlosses.app.claims.report import missing_warning
+from pml_fieldlosses.app.claims.run import level_configs, report_folder
 from pml_fieldlosses.app.claims.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Interval
 
 from .test_bench import make_folder

@@ -67,8 +67,7 @@ def claims_parser(subparsers):
     p.add_argument("--seeds", type=int, help="number of seeds per run (default 3; --quick: 2)")
     p.add_argument(
         "--claims",
-        help="comma-separated claim ids (default: all): "
-        + ",".join(claim.id for claim in _claims_table()),
+        help="comma-separated claim ids (default: all): " + ",".join(claim.id for claim in _claims_table()),
     )
     p.add_argument(
         "--quick", action="store_true", help="smaller budget: 2 seeds, at most 8 epochs, 1 augmented view"
@@ -133,7 +132,7 @@ def add_shared_options(p, losses=True, epochs_default="60; --quick: 12", out_def
 def config_from_args(args):
     """The BenchConfig of the options given; the others keep BenchConfig's defaults
     (the options default to None)."""
-    from .bench import BenchConfig, quick_config
+    from .bench.protocol import BenchConfig, quick_config
 
     fields = {f.name for f in dataclasses.fields(BenchConfig)} - {"quick"}
     settings = {k: v for k, v in vars(args).items() if k in fields and v is not None}
@@ -143,7 +142,7 @@ def config_from_args(args):
 
 
 def run_bench_command(args):
-    from .bench import run_bench
+    from .bench.benchmark import run_bench
 
     run_bench(config_from_args(args))
 
@@ -156,7 +155,7 @@ def run_select_command(args):
 
 def run_claims_command(args):
     from .bench.protocol import BenchConfig
-    from .claims import claims_config, run_claims
+    from .claims.run import claims_config, run_claims
 
     fields = {f.name for f in dataclasses.fields(BenchConfig)} - {"quick", "losses"}
     settings = {k: v for k, v in vars(args).items() if k in fields and v is not None}

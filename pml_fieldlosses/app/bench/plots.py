@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from pytorch_metric_learning.utils.inference import FaissKNN
 
-from .runs import UNTRAINED
+from .result import UNTRAINED
 
 
 def learning_curves(results, path):

@@ -59,12 +59,16 @@ def execute_run(shared, job, report=None):
         torch.set_num_threads(threads)
 
 
+def seed_major(config):
+    """Every (loss, seed) of ``config``, seed-major (all losses with seed 0 first)."""
+    return [(name, seed) for seed in range(config.seeds) for name in config.losses]
+
+
 def all_jobs(config, frozen_untrained):
-    """Every (loss, seed), seed-major (all losses with seed 0 first), with the
-    untrained row once when its model does not depend on the seed."""
+    """Every (loss, seed), seed-major, after the untrained row: once when its model
+    does not depend on the seed, else once per seed."""
     untrained_seeds = [0] if frozen_untrained else range(config.seeds)
-    jobs = [(UNTRAINED, seed) for seed in untrained_seeds]
-    return jobs + [(name, seed) for seed in range(config.seeds) for name in config.losses]
+    return [(UNTRAINED, seed) for seed in untrained_seeds] + seed_major(config)
 
 
 def finished(out_dir, jobs, file):

@@ -13,9 +13,9 @@ It prints the table and the ``SELECTED`` dict to put in pml_fieldlosses/app/cata
 import json
 import sys
 import time
-from pathlib import Path
 
 from ..catalog import get_entry
+from .pipeline import Part, prepare_part
 
 SELECTION_SEED = 1000
 
@@ -24,16 +24,12 @@ def select(config, file=None):
     """Run the selection for ``config.losses`` (resuming finished runs) and
     return {loss: [(value, best validation MAP@R, best epoch, seconds), ...]}
     in grid order."""
-    from . import backend, prepare
-    from .runs import run_all
-
     file = file or sys.stderr
     entries = selectable_entries(config.losses)
-    out_dir = Path(config.out) / config.folder_name(selection=True)
-    print(f"hyperparameter selection -> {out_dir}", file=file)
-    _, _, inputs, _ = prepare(config, out_dir, file, selection=True)
     jobs = [(name, SELECTION_SEED) for entry in entries for name in entry.candidates()]
-    results = {r["loss"]: r for r in run_all(inputs, config, out_dir, file=file, jobs=jobs, test=False, backend=backend(config))}
+    part = Part(config, jobs, selection=True)
+    print(f"hyperparameter selection -> {part.folder}", file=file)
+    results = {r["loss"]: r for r in prepare_part(part, file).run(file)}
     table = {}
     for entry in entries:
         table[entry.name] = [
@@ -45,7 +41,7 @@ def select(config, file=None):
             )
             for value, name in zip(entry.grid, entry.candidates())
         ]
-    (out_dir / "selection.json").write_text(json.dumps(table, indent=1))
+    (part.folder / "selection.json").write_text(json.dumps(table, indent=1))
     return table
 
 

@@ -4,8 +4,9 @@ its table entry names, with the bench's protocol, runs and seeds.
 from pml_fieldlosses.app.claims import claims_config, run_claims
 run_claims(claims_config(quick=True), ids=["pfml-alpha"])
 
-table.py: the claims (one entry each); verdict.py: the rule; run.py: the runs
-and the evaluation; report.py and plots.py: the report.
+table.py: the claims (one entry each); verdict.py: the rule; measures.py: the
+values of the runs and the evaluation; run.py: the command (the runs through the
+bench's pipeline); report.py and plots.py: the report.
 """
 
 from .run import claims_config, run_claims

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..stats import mean_ci
-from .run import arm_values, measure
+from .measures import arm_values, measure
 from .table import MEASURES
 
 COLOURS = {"reproduced": "tab:green", "not reproduced": "tab:red", "inconclusive": "tab:gray"}
@@ -73,7 +73,9 @@ def _draw_forest(ax, evaluated):
     ax.set_yticks(range(len(parts)))
     ax.set_yticklabels([p["comparison"].label for p in parts], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("a − b: mean and 95 % CI over seeds\n(green reproduced, red not, grey inconclusive)", fontsize=8)
+    ax.set_xlabel(
+        "a − b: mean and 95 % CI over seeds\n(green reproduced, red not, grey inconclusive)", fontsize=8
+    )
     ax.grid(alpha=0.3)
 
 

@@ -5,6 +5,8 @@ import contextlib
 import csv
 import math
 
+from ..bench.result import write_json
+from .measures import summary
 from .table import MEASURES
 from .verdict import EQUIVALENCE, RULE
 
@@ -19,6 +21,19 @@ def missing_text(missing, at_most=3):
     """[(loss, seed)] in words, at most ``at_most`` named: CPML seed 1, PFML seed 0 and 2 more."""
     text = ", ".join(f"{name} seed {seed}" for name, seed in missing[:at_most])
     return text + (f" and {len(missing) - at_most} more" if len(missing) > at_most else "")
+
+
+def missing_warning(evaluated):
+    """One line naming the comparisons with missing values, or None."""
+    cases = [
+        f"{e['claim'].id} {p['comparison'].measure}: {missing_text(p['missing'])}"
+        for e in evaluated
+        for p in e["parts"]
+        if p["missing"]
+    ]
+    if not cases:
+        return None
+    return "warning: no value (inconclusive) for " + "; ".join(cases)
 
 
 def _ci(part):
@@ -62,7 +77,18 @@ def comparison_rows(evaluated):
     return rows
 
 
-COMPARISON_HEADER = ["claim", "a", "b", "measure", "claimed", "a mean", "b mean", "Δ = a − b", "95 % CI", "verdict"]
+COMPARISON_HEADER = [
+    "claim",
+    "a",
+    "b",
+    "measure",
+    "claimed",
+    "a mean",
+    "b mean",
+    "Δ = a − b",
+    "95 % CI",
+    "verdict",
+]
 VERDICT_HEADER = ["claim", "paper", "section", "verdict", "comparisons (reproduced / not / inconclusive)"]
 
 
@@ -196,8 +222,7 @@ def _t(seeds):
 
 def write(evaluated, runs, config, info, out_dir, file=None):
     """Every file of the report in ``out_dir``."""
-    from . import plots
-    from .run import write_summary
+    from . import plots  # matplotlib only when there is something to draw
 
     (out_dir / "plots").mkdir(exist_ok=True)
     made = {}
@@ -210,3 +235,8 @@ def write(evaluated, runs, config, info, out_dir, file=None):
     write_summary(evaluated, info, out_dir / "summary.json")
     write_markdown(evaluated, config, info, made, out_dir / "README.md")
     return made
+
+
+def write_summary(evaluated, info, path):
+    """summary.json: the run's info and every claim with its per-seed values (measures.summary)."""
+    write_json(path, {"info": info, "claims": summary(evaluated)})

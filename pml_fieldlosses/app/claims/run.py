@@ -1,24 +1,20 @@
 """``pml-fieldlosses claims``: plan the runs the claims need (each (label noise,
-loss, seed) once, shared between claims), train them with the bench's runs
-(resume, workers, Ray), measure, judge by the verdict rule, and report."""
+loss, seed) once, shared between claims), train them through the bench's pipeline
+(resume, workers, Ray), measure and judge them (measures.py, by the verdict rule), and
+report (report.py)."""
 
 import dataclasses
 import hashlib
-import math
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-from ..bench import backend, prepare
-from ..bench.metrics import PRIMARY
+from ..bench.pipeline import Part, run_plan, wall_time
 from ..bench.protocol import BenchConfig, quick_config
-from ..bench.result import add_wall_time, earlier_wall_times, write_json
-from ..bench.runs import run_all
+from ..bench.runs import seed_major
 from . import report
+from .measures import evaluate
 from .table import CLAIMS, EARLY_EPOCH, get_claims, runs_needed, validate
-from .verdict import INCONCLUSIVE, combine, paired_interval, verdict
 
 # The budgets (the whole set is 36 loss/noise settings, 108 runs with 3 seeds): the
 # bench's protocol with half its epochs and its lr steps twice as often (the same
@@ -83,168 +79,24 @@ def run_claims(config, ids=None, file=None):
     configs = level_configs(config, claims)
     out_dir = report_folder(config, claims)
     out_dir.mkdir(parents=True, exist_ok=True)
-    earlier = earlier_wall_times(out_dir)
-    print(f"pml-fieldlosses claims -> {out_dir}", file=file)
-    total_runs = sum(len(c.losses) for c in configs.values()) * config.seeds
-    print(f"{len(claims)} claims, {total_runs} runs ({config.seeds} seeds)", file=file)
-    try:
-        runs, dataset_name = {}, None
-        for level, level_config in configs.items():
-            folder = Path(config.out) / level_config.folder_name()
-            dataset, _, inputs, _ = prepare(level_config, folder, file)
-            dataset_name = dataset.name
-            jobs = [(name, seed) for seed in range(config.seeds) for name in level_config.losses]
-            results = run_all(inputs, level_config, folder, file=file, jobs=jobs, backend=backend(level_config))
-            runs.update({(level, r.loss, r.seed): r for r in results})
+    with wall_time(out_dir, start) as clock:  # a bad wall_time.json fails before any run
+        print(f"pml-fieldlosses claims -> {out_dir}", file=file)
+        total_runs = sum(len(c.losses) for c in configs.values()) * config.seeds
+        print(f"{len(claims)} claims, {total_runs} runs ({config.seeds} seeds)", file=file)
+        done = run_plan([Part(c, seed_major(c)) for c in configs.values()], file)
+        runs = {(part.config.label_noise, r.loss, r.seed): r for part, _, results in done for r in results}
         evaluated = evaluate(claims, runs, config.seeds, config.epochs)
-        warning = missing_warning(evaluated)
+        warning = report.missing_warning(evaluated)
         if warning:
             print(warning, file=file)
         info = {
-            "data": config.data if dataset_name is None else dataset_name,
+            "data": done[-1][1] if done else config.data,  # the data set's name
             "runs": len(runs),
             "folders": {level: c.folder_name() for level, c in configs.items()},
-            "wall_seconds": sum(earlier) + time.perf_counter() - start,
-            "invocations": len(earlier) + 1,
+            "wall_seconds": clock.seconds(),
+            "invocations": clock.invocations,
         }
         report.write(evaluated, runs, config, info, out_dir, file)
-    finally:
-        seconds = time.perf_counter() - start
-        total, invocations = add_wall_time(out_dir, seconds)
-    print("\n" + report.text_table(evaluated, config, info["data"]), file=sys.stdout)
-    print(f"\nreport: {out_dir / 'README.md'}", file=sys.stdout)
-    print(
-        f"wall time: {seconds:.0f} s ({invocations} invocation(s) on this folder: {total:.0f} s)",
-        file=sys.stdout,
-    )
+        print("\n" + report.text_table(evaluated, config, info["data"]), file=sys.stdout)
+        print(f"\nreport: {out_dir / 'README.md'}", file=sys.stdout)
     return evaluated
-
-
-def measure(runs, name, measure_name, level, seed):
-    """The value of ``measure_name`` (table.MEASURES) for one run; nan when the run
-    has none (a loss without proxies or a result written before proxy_distance, a run
-    stopped before EARLY_EPOCH, a nan test MAP@R)."""
-    run = runs[(level, name, seed)]
-    if measure_name == "map":
-        return _test_map(run)
-    if measure_name == "noise_drop":
-        return _test_map(runs[(0.0, name, seed)]) - _test_map(run)
-    if measure_name == "epochs_to_best":
-        return float(run.best_epoch)
-    if measure_name == "val_map_early":
-        history = run.val_history
-        if EARLY_EPOCH not in history["epoch"]:
-            return math.nan
-        return history["map_at_r"][history["epoch"].index(EARLY_EPOCH)]
-    if measure_name == "proxy_distance":
-        return math.nan if run.proxy_distance is None else run.proxy_distance
-    raise ValueError(f"unknown measure {measure_name!r}")
-
-
-def _test_map(run):
-    value = (run.test or {}).get(PRIMARY)
-    return math.nan if value is None else float(value)
-
-
-def arm_values(runs, arm, measure_name, level, seeds):
-    """One value per seed: the mean over the arm's losses."""
-    return [float(np.mean([measure(runs, name, measure_name, level, s) for name in arm])) for s in range(seeds)]
-
-
-def censored_runs(runs, comparison, seeds, max_epochs):
-    """The runs of a comparison whose measure is only a lower bound: for the epoch of
-    the best validation MAP@R, the runs that used all ``max_epochs`` epochs (early
-    stopping never fired, so a later epoch might have been better)."""
-    if comparison.measure != "epochs_to_best":
-        return []
-    names = (*comparison.a, *comparison.b)
-    keys = [(comparison.noise, name, s) for name in names for s in range(seeds)]
-    return [key for key in keys if runs[key].epochs_run >= max_epochs]
-
-
-def missing_values(runs, comparison, seeds):
-    """[(loss, seed)] of the comparison's runs without a value of its measure (nan)."""
-    names = (*comparison.a, *comparison.b)
-    return [
-        (name, s)
-        for name in names
-        for s in range(seeds)
-        if math.isnan(measure(runs, name, comparison.measure, comparison.noise, s))
-    ]
-
-
-def missing_warning(evaluated):
-    """One line naming the comparisons with missing values, or None."""
-    cases = [
-        f"{e['claim'].id} {p['comparison'].measure}: {report.missing_text(p['missing'])}"
-        for e in evaluated
-        for p in e["parts"]
-        if p["missing"]
-    ]
-    if not cases:
-        return None
-    return "warning: no value (inconclusive) for " + "; ".join(cases)
-
-
-def evaluate(claims, runs, seeds, max_epochs):
-    """[{"claim": Claim, "verdict": str, "parts": [{comparison, a, b, interval,
-    censored, missing, verdict}]}]. A comparison with censored runs, or with runs
-    that have no value of its measure (``missing``: [(loss, seed)]), is inconclusive."""
-    evaluated = []
-    for claim in claims:
-        parts = []
-        for comparison in claim.comparisons:
-            a = arm_values(runs, comparison.a, comparison.measure, comparison.noise, seeds)
-            b = arm_values(runs, comparison.b, comparison.measure, comparison.noise, seeds)
-            interval = paired_interval(a, b)
-            censored = censored_runs(runs, comparison, seeds, max_epochs)
-            missing = missing_values(runs, comparison, seeds)
-            parts.append(
-                {
-                    "comparison": comparison,
-                    "a": a,
-                    "b": b,
-                    "interval": interval,
-                    "censored": len(censored),
-                    "missing": missing,
-                    "verdict": INCONCLUSIVE if censored or missing else verdict(interval, comparison.direction),
-                }
-            )
-        evaluated.append({"claim": claim, "parts": parts, "verdict": combine(p["verdict"] for p in parts)})
-    return evaluated
-
-
-def summary(evaluated):
-    """JSON-ready form of ``evaluate``'s result."""
-    return [
-        {
-            "id": e["claim"].id,
-            "paper": e["claim"].paper,
-            "section": e["claim"].section,
-            "claim": e["claim"].claim,
-            "experiment": e["claim"].experiment,
-            "verdict": e["verdict"],
-            "comparisons": [
-                {
-                    "label": p["comparison"].label,
-                    "a": list(p["comparison"].a),
-                    "b": list(p["comparison"].b),
-                    "measure": p["comparison"].measure,
-                    "noise": p["comparison"].noise,
-                    "direction": p["comparison"].direction,
-                    "a_per_seed": p["a"],
-                    "b_per_seed": p["b"],
-                    **dataclasses.asdict(p["interval"]),
-                    "censored_runs": p["censored"],
-                    "missing": [[name, s] for name, s in p["missing"]],
-                    "verdict": p["verdict"],
-                }
-                for p in e["parts"]
-            ],
-        }
-        for e in evaluated
-    ]
-
-
-def write_summary(evaluated, info, path):
-    write_json(path, {"info": info, "claims": summary(evaluated)})
