@@ -3,6 +3,7 @@ the Bayesian-optimisation helpers (in-process, no pb run)."""
 
 import importlib.util
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,15 @@ if not MISSING:
     from powerful_benchmarker.runners.single_experiment_runner import SingleExperimentRunner
 
     from pml_fieldlosses import losses
-    from pml_fieldlosses.app.benchmarker import compat, launcher, protocol, records, registration, synthetic
+    from pml_fieldlosses.app.benchmarker import (
+        compat,
+        launcher,
+        protocol,
+        records,
+        registration,
+        runners,
+        synthetic,
+    )
     from pml_fieldlosses.models import RelationalEmbedder
 
 CONFIG_ROOT = Path(__file__).resolve().parents[1] / "configs"
@@ -260,14 +269,27 @@ def test_launcher_arguments():
     assert args.bayes_opt_iters == 2 and args.register == ["loss=pml_fieldlosses.losses"]
     assert rest == ["--experiment_name", "x", "--config_general", "[default,", "quick]", "--evaluate"]
     assert launcher.parse_registration("loss=pml_fieldlosses.losses") == ("loss", losses)
-    kind, cls = launcher.parse_registration("dataset=pml_fieldlosses.app.benchmarker.synthetic.SyntheticImages")
+    kind, cls = launcher.parse_registration(
+        "dataset=pml_fieldlosses.app.benchmarker.synthetic.SyntheticImages"
+    )
     assert (kind, cls) == ("dataset", synthetic.SyntheticImages)
-    for bad in ("loss", "=x", "loss=pml_fieldlosses.app.benchmarker.launcher.CONFIG_MARKER", "loss=no_such_package.x"):
+    for bad in (
+        "loss",
+        "=x",
+        "loss=pml_fieldlosses.app.benchmarker.launcher.CONFIG_MARKER",
+        "loss=no_such_package.x",
+    ):
         with pytest.raises(ValueError, match="--register"):
             launcher.parse_registration(bad)
     saved = sys.argv
-    with launcher.command_line(["--experiment_name", "x"]):
+    with runners.command_line(["--experiment_name", "x"]):
         assert sys.argv[1:] == ["--experiment_name", "x"]
+    assert sys.argv is saved
+    # the launcher's runner: its YamlReaders parse pb's part of the launcher's command line
+    _, factory = launcher.parse(["--experiment_name", "y", "--dataset_root", "data"])
+    runner = factory.single_experiment_runner()
+    assert isinstance(runner, runners.SingleExperimentRunner)
+    assert runner.setup_yaml_reader().args.experiment_name == "y" and runner.dataset_root == "data"
     assert sys.argv is saved
 
 
@@ -311,13 +333,23 @@ def test_parallel_trials_options(capsys):
         launcher.main(["--experiment_name", "x", "--bayes_opt_iters", "2", "--parallel_trials", "0"])
     assert exit_info.value.code == 2
     assert "--parallel_trials must be >= 1, got 0" in capsys.readouterr().err
-    from pml_fieldlosses.app.benchmarker.parallel import ParallelTrials
+    from pml_fieldlosses.app.benchmarker.parallel import RayTrials
+    from pml_fieldlosses.app.benchmarker.trials import SequentialTrials
 
-    args, _ = launcher.build_parser().parse_known_args(
+    args, factory = launcher.parse(
         ["--parallel_trials", "3", "--root_experiment_folder", "exp", "--experiment_name", "x"]
     )
-    trials = ParallelTrials(args, ["--parallel_trials", "3", "--root_experiment_folder", "exp"])
-    assert trials.slots == 3
-    # the workers rebuild the runner with the folders made absolute (their cwd is not the driver's)
-    assert trials.argv[-4:] == ["--root_experiment_folder", os.path.abspath("exp"), "--dataset_root",
-                                os.path.abspath("datasets")]
+    trials = launcher.trial_executor(args, factory)
+    assert isinstance(trials, RayTrials) and trials.slots == 3
+    # the workers build their runner with the folders made absolute (their cwd is not the driver's)
+    options = trials.factory.options
+    assert [options["root_experiment_folder"], options["dataset_root"]] == [
+        os.path.abspath("exp"),
+        os.path.abspath("datasets"),
+    ]
+    assert trials.factory.pb_argv == ["--experiment_name", "x"]
+    assert factory.options["root_experiment_folder"] == "exp"  # the launcher's own: as given
+    # Ray pickles the factory to the workers
+    assert vars(pickle.loads(pickle.dumps(trials.factory))) == vars(trials.factory)
+    args, factory = launcher.parse(["--root_experiment_folder", "exp", "--experiment_name", "x"])
+    assert isinstance(launcher.trial_executor(args, factory), SequentialTrials)

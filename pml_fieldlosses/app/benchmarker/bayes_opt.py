@@ -17,9 +17,11 @@ behaviour with ``ax.api.Client``:
   ``report_*.yaml`` / ``detailed_report_*.yaml`` with means and 95 % confidence intervals
   over the best run and its reproductions; ``optimization_plots.html`` shows ax's plots.
 
-The loop (``run``) is: propose a trial (or take up an unfinished one: ``next_trial``),
-run it (``run_trial``), record its result (``record``); then ``report``. Trials are
-independent pb experiments, so several could be in flight at once.
+The loop (``run``) is: propose trials (or take up unfinished ones: ``next_trials``) while
+the trial executor has room, give them to it, record each result as it comes back
+(``record``); then ``report``. Trials are independent pb experiments: the executor runs
+them one after another in this process (trials.SequentialTrials, ``--parallel_trials 1``)
+or K at a time on warm Ray workers (parallel.RayTrials); it only runs what it is given.
 
 The search ranges are fixed when the optimisation starts (the configs are saved in the
 experiment folder and read from there when resuming).
@@ -32,13 +34,12 @@ import os
 
 import numpy as np
 from ax.api.client import Client
-from powerful_benchmarker.runners.base_runner import BaseRunner
 from powerful_benchmarker.utils import common_functions as pb_c_f
 
 from . import reports
 from .records import get_legacy_record_keeper
-from .search_space import as_raw_data, plain, take_search_space
-from .sub_experiments import SubExperiments
+from .search_space import as_raw_data, plain
+from .sub_experiments import TrialRunner
 
 logger = logging.getLogger(__name__)
 
@@ -48,54 +49,27 @@ RECORD_TABLE = "bayes_opt"
 Trial = collections.namedtuple("Trial", "index name parameters resuming")
 
 
-class BayesOptRunner(SubExperiments, BaseRunner):
-    def __init__(self, bayes_opt_iters, reproductions, parallel=None, **kwargs):
+class BayesOptRunner(TrialRunner):
+    """``trials``: the trial executor (trials.SequentialTrials or parallel.RayTrials) that
+    runs the trials and the reproductions; the other options are TrialRunner's."""
+
+    def __init__(self, bayes_opt_iters, reproductions, trials, **kwargs):
         super().__init__(**kwargs)
         self.bayes_opt_iters = bayes_opt_iters
         self.reproductions = reproductions
-        self.parallel = parallel  # None: one trial at a time in this process; else parallel.ParallelTrials
-        self.YR = self.setup_yaml_reader()
-        self.experiment_name = self.YR.args.experiment_name
-        self.root = os.path.join(self.root_experiment_folder, self.experiment_name)
-        if self.global_db_path is None:
-            self.global_db_path = os.path.join(self.root, "bayes_opt_experiments.db")
+        self.trials = trials
         self.csv_folder = os.path.join(self.root, "bayes_opt_record_keeper_logs")
         self.tensorboard_folder = os.path.join(self.root, "bayes_opt_tensorboard_logs")
         self.ax_log_folder = os.path.join(self.root, "bayes_opt_ax_logs")
         self.best_parameters_filename = os.path.join(self.root, "best_parameters.yaml")
         self.most_recent_parameters_filename = os.path.join(self.root, "most_recent_parameters.yaml")
         self.plots_filename = os.path.join(self.root, "optimization_plots.html")
-        self.YR, self.search_space = self.read_configs()
         if len(self.search_space) == 0:
             raise ValueError(
                 "--bayes_opt_iters needs at least one search range in the configs "
                 "(a key ending in ~BAYESIAN~, ~LOG_BAYESIAN~ or ~INT_BAYESIAN~)"
             )
         self.primary_metric = pb_c_f.first_val_of_dict(self.YR.args.hook_container)["primary_metric"]
-
-    # ---------------------------------------------------------------- configs
-    def read_configs(self, find_search_space=True, merge_argparse=False):
-        """The experiment's configs: the saved copy in the experiment folder if there is
-        one (resuming), else the config root's (then saved there)."""
-        YR = self.setup_yaml_reader()
-        resuming = os.path.isdir(YR.args.place_to_save_configs)
-        if resuming:
-            config_paths = self.get_saved_config_paths(YR.args)
-            merge_argparse = self.merge_argparse_when_resuming or merge_argparse
-        else:
-            config_paths = self.get_root_config_paths(YR.args)
-            merge_argparse = True
-        YR.args, _, YR.args.dict_of_yamls = YR.load_yamls(
-            config_paths=config_paths,
-            max_merge_depth=float("inf"),
-            max_argparse_merge_depth=float("inf"),
-            merge_argparse=merge_argparse,
-        )
-        if not resuming:
-            pb_c_f.save_config_files(YR.args.place_to_save_configs, YR.args.dict_of_yamls, False, [])
-        if find_search_space:
-            return YR, take_search_space(YR.args.__dict__)
-        return YR
 
     # ---------------------------------------------------------------- ax state
     def log_paths(self):
@@ -139,22 +113,34 @@ class BayesOptRunner(SubExperiments, BaseRunner):
         )
         config_diffs = self.read_configs(find_search_space=False)
         try:
-            if self.parallel is not None:
-                self.parallel.optimise(self, client, record_keeper, config_diffs)
-            while self.parallel is None and (trial := self.next_trial(client)) is not None:
-                self.start_trial(trial, config_diffs)
-                result = self.run_trial(trial)
-                self.record(client, record_keeper, trial, result)
+            self.trials.start(self.root)
+            self.optimise(client, record_keeper, config_diffs)
             logger.info("DONE BAYESIAN OPTIMIZATION")
             self.report(record_keeper, client)
-        finally:  # the warm workers (and their token file) end with the run, whatever stops it
-            if self.parallel is not None:
-                self.parallel.close()
+        finally:  # the executor's workers (and their token file) end with the run, whatever stops it
+            self.trials.close()
         logger.info("##### FINISHED #####")
 
-    def next_trial(self, client):
-        trials = self.next_trials(client, 1)
-        return trials[0] if trials else None
+    def optimise(self, client, record_keeper, config_diffs):
+        """Give the executor the trials left (``next_trials``) while it has room, and record
+        each result as it comes back, until the ``bayes_opt_iters`` trials are completed."""
+        busy = set()  # the indices of the trials in flight
+        while True:
+            for trial in self.next_trials(client, self.trials.free, busy):
+                self.start_trial(trial, config_diffs)
+                self.trials.submit("run_trial", trial)
+                busy.add(trial.index)
+            if not len(self.trials):
+                table = client.summarize()
+                done = 0 if table.empty else int((table["trial_status"] == "COMPLETED").sum())
+                if done < self.bayes_opt_iters:
+                    raise RuntimeError(f"ax proposed no new trial with none running ({done} completed)")
+                return
+            trial, result, seconds = self.trials.next_done()
+            busy.discard(trial.index)
+            if seconds is not None:
+                logger.info("Optimization iteration %d finished (%.1f s on its worker)", trial.index, seconds)
+            self.record(client, record_keeper, trial, result)
 
     def next_trials(self, client, count, busy=()):
         """Up to ``count`` of the ``bayes_opt_iters`` trials that are neither completed nor
@@ -198,14 +184,6 @@ class BayesOptRunner(SubExperiments, BaseRunner):
             self.YR.args.place_to_save_configs, config_diffs.args.dict_of_yamls, True, [trial.index]
         )
 
-    def run_trial(self, trial):
-        """pb's result of the trial's experiment: (fold mean, SEM) of the primary metric. A
-        trial whose folder exists is resumed (an interrupted run, or a Ray task run again
-        after its worker died)."""
-        if trial.resuming or os.path.isdir(self.sub_experiment_path(trial.name)):
-            return self.resume_training(trial.parameters, trial.name)
-        return self.run_new_experiment(trial.parameters, trial.name)
-
     def record(self, client, record_keeper, trial, result):
         client.complete_trial(trial_index=trial.index, raw_data=as_raw_data(self.primary_metric, result))
         self.save_client(client)
@@ -222,10 +200,10 @@ class BayesOptRunner(SubExperiments, BaseRunner):
         and the reports over the best trial and its reproductions."""
         best_name = self.save_best_parameters(record_keeper, client)
         self.test_model(best_name)
-        if self.parallel is not None:
-            self.parallel.reproduce(self, best_name)
-        else:
-            self.reproduce_results(best_name)
+        try:
+            self.reproduce_best(best_name)
+        finally:  # the reports need no workers
+            self.trials.close()
         YR = self.read_configs(find_search_space=False, merge_argparse=True)
         reproductions = [
             os.path.basename(p)
@@ -235,6 +213,21 @@ class BayesOptRunner(SubExperiments, BaseRunner):
         reports.accuracy_report(
             self.get_api_parser(YR.args), self.global_db_path, [best_name] + reproductions, self.root
         )
+
+    def reproduction_indices(self):
+        if isinstance(self.reproductions, (list, tuple)):
+            return list(range(*self.reproductions))
+        return list(range(self.reproductions))
+
+    def reproduce_best(self, name):
+        """The reproductions of the best sub-experiment ``name``, by the trial executor."""
+        waiting = [(name, i) for i in reversed(self.reproduction_indices())]
+        while waiting or len(self.trials):
+            while waiting and self.trials.free:
+                self.trials.submit("reproduce", waiting.pop())
+            (_, i), _, seconds = self.trials.next_done()
+            if seconds is not None:
+                logger.info("Reproduction %d of %s finished (%.1f s on its worker)", i, name, seconds)
 
     def save_best_parameters(self, record_keeper, client):
         metric = self.primary_metric

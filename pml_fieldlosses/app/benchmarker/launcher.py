@@ -1,14 +1,13 @@
 """``pml-fieldlosses-pb``: powerful-benchmarker's examples/run.py with our registrations.
 
-Takes run.py's own options (below) and passes everything else to pb, which reads its
-experiment options (``--experiment_name``, ``--config_*``, ``--evaluate``,
-``--evaluate_ensemble``, ``--splits_to_eval``, ``--resume_training``,
-``--reproduce_results``, config overrides) from the command line itself.
+Parses the command line once (``parse``): run.py's own options (below) say which runner to
+build and how (runner_factory.py); everything else is pb's experiment options
+(``--experiment_name``, ``--config_*``, ``--evaluate``, ``--evaluate_ensemble``,
+``--splits_to_eval``, ``--resume_training``, ``--reproduce_results``, config overrides),
+which pb's runners read as their command line (runners.py).
 """
 
 import argparse
-import contextlib
-import importlib
 import importlib.metadata
 import inspect
 import logging
@@ -18,9 +17,9 @@ from pathlib import Path
 import yaml
 
 from ..cluster_slots import SlotsDoNotFit
-from . import compat
 from .protocol import ProtocolError
-from .registration import register
+from .runner_factory import RunnerFactory, import_target
+from .trials import SequentialTrials
 
 CONFIG_MARKER = "config_foldernames.yaml"
 DATA_FILES_CONFIG_ROOT = "share/pml-fieldlosses/configs"
@@ -29,7 +28,7 @@ DATA_FILES_CONFIG_ROOT = "share/pml-fieldlosses/configs"
 def default_config_root():
     """Our pb config root: ``configs/`` of a source checkout (also an editable install),
     else the copy a regular install puts under ``share/pml-fieldlosses/configs``."""
-    checkout = Path(__file__).resolve().parents[2] / "configs"
+    checkout = Path(__file__).resolve().parents[3] / "configs"
     if (checkout / CONFIG_MARKER).is_file():
         return str(checkout)
     try:
@@ -82,7 +81,9 @@ def build_parser():
         help="run the trials on this Ray cluster ('auto' or HOST:PORT; default with --parallel_trials > 1: "
         "a new local Ray instance with this machine's resources)",
     )
-    parser.add_argument("--trial_gpus", type=float, default=None, help="GPUs per trial (default 1 if the cluster has GPUs)")
+    parser.add_argument(
+        "--trial_gpus", type=float, default=None, help="GPUs per trial (default 1 if the cluster has GPUs)"
+    )
     parser.add_argument(
         "--trial_cpus",
         type=float,
@@ -101,17 +102,6 @@ def build_parser():
     return parser
 
 
-def import_target(target):
-    """A module ``a.b`` or a class ``a.b.C``."""
-    try:
-        return importlib.import_module(target)
-    except ImportError:
-        module_name, _, attribute = target.rpartition(".")
-        if not module_name:
-            raise
-        return getattr(importlib.import_module(module_name), attribute)
-
-
 def parse_registration(spec):
     kind, sep, target = spec.partition("=")
     if not sep or not kind or not target:
@@ -123,17 +113,6 @@ def parse_registration(spec):
     if not (inspect.ismodule(obj) or inspect.isclass(obj)):
         raise UsageError(f"--register {spec}: {target} is neither a module nor a class")
     return kind, obj
-
-
-@contextlib.contextmanager
-def command_line(argv):
-    """pb reads its options from ``sys.argv`` (every YamlReader it makes parses it)."""
-    saved = sys.argv
-    sys.argv = [saved[0] if saved else "pml-fieldlosses-pb", *argv]
-    try:
-        yield
-    finally:
-        sys.argv = saved
 
 
 def config_options(pb_argv):
@@ -172,48 +151,56 @@ class UsageError(ValueError):
     """A mistake on the command line: printed as one line, exit code 2."""
 
 
-def make_runner(args, launcher_argv=()):
-    kwargs = {
+def parse(argv):
+    """The launcher's command line ``argv``, parsed and checked once: ``(args, factory)``,
+    the launcher's options and the RunnerFactory of its runners."""
+    args, pb_argv = build_parser().parse_known_args(argv)
+    for spec in args.register:  # checked here; a runner imports the target again by its name
+        parse_registration(spec)
+    config_root = args.root_config_folder or default_config_root()
+    check_config_options(pb_argv, config_root)
+    if args.parallel_trials < 1:
+        raise UsageError(f"--parallel_trials must be >= 1, got {args.parallel_trials}")
+    options = {
         "dataset_root": args.dataset_root,
         "root_experiment_folder": args.root_experiment_folder,
         "pytorch_home": args.pytorch_home,
-        "root_config_folder": args.root_config_folder or default_config_root(),
+        "root_config_folder": config_root,
         "global_db_path": args.global_db_path,
         "merge_argparse_when_resuming": args.merge_argparse_when_resuming,
     }
-    if args.bayes_opt_iters > 0:
-        from .bayes_opt import BayesOptRunner
+    factory = RunnerFactory(
+        options,
+        pb_argv,
+        registrations=[tuple(spec.split("=", 1)) for spec in args.register],
+        bayes_opt_iters=args.bayes_opt_iters,
+        reproductions=[int(x) for x in args.reproductions.split(",")],
+    )
+    return args, factory
 
-        reproductions = [int(x) for x in args.reproductions.split(",")]
-        parallel = None
-        if args.parallel_trials > 1 or args.ray_address:
-            from .parallel import ParallelTrials
 
-            parallel = ParallelTrials(args, launcher_argv)
-        return BayesOptRunner(
-            bayes_opt_iters=args.bayes_opt_iters, reproductions=reproductions, parallel=parallel, **kwargs
+def trial_executor(args, factory):
+    """What runs the optimisation's trials: K = ``--parallel_trials`` warm Ray workers
+    (also for K = 1 with ``--ray_address``), else this process, one trial at a time."""
+    if args.parallel_trials > 1 or args.ray_address:
+        from .parallel import RayTrials
+
+        return RayTrials(
+            factory.with_absolute_paths(),
+            args.parallel_trials,
+            args.ray_address,
+            args.trial_gpus,
+            args.trial_cpus,
         )
-    from powerful_benchmarker.runners.single_experiment_runner import SingleExperimentRunner
-
-    return SingleExperimentRunner(**kwargs)
+    return SequentialTrials(factory)
 
 
-@contextlib.contextmanager
-def prepared_runner(argv):
-    """pb's runner for the launcher's command line ``argv``, with our fixes and
-    registrations, inside pb's view of the command line. The launcher runs it; a Ray worker
-    rebuilds the same runner to run one trial."""
-    args, pb_argv = build_parser().parse_known_args(argv)
-    registrations = [parse_registration(spec) for spec in args.register]
-    check_config_options(pb_argv, args.root_config_folder or default_config_root())
-    if args.parallel_trials < 1:
-        raise UsageError(f"--parallel_trials must be >= 1, got {args.parallel_trials}")
-    compat.restore_identity_in_pml()
-    with command_line(pb_argv):
-        runner = register(make_runner(args, argv))
-        for kind, obj in registrations:
-            runner.register(kind, obj)
-        yield runner
+def make_runner(args, factory):
+    """pb's runner of the command line: the Bayesian optimisation with ``--bayes_opt_iters``,
+    else one experiment."""
+    if args.bayes_opt_iters > 0:
+        return factory.bayes_opt_runner(trial_executor(args, factory))
+    return factory.single_experiment_runner()
 
 
 def main(argv=None):
@@ -221,8 +208,8 @@ def main(argv=None):
     logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     logging.getLogger().setLevel(logging.INFO)
     try:
-        with prepared_runner(argv) as runner:
-            runner.run()
+        args, factory = parse(argv)
+        make_runner(args, factory).run()
     except (UsageError, SlotsDoNotFit) as e:
         print(f"pml-fieldlosses-pb: error: {e}", file=sys.stderr)
         sys.exit(2)

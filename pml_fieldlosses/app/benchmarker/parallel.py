@@ -1,10 +1,11 @@
-"""Bayesian optimisation with several trials in flight: ``--parallel_trials K`` and
-``--ray_address``.
+"""The trial executor of Bayesian optimisation with several trials in flight:
+``--parallel_trials K`` and ``--ray_address`` (trials.py says what an executor does).
 
 ax proposes up to K trials at once; each runs on one of K warm Ray actors (``TrialWorker``,
-one per slot), which imported torch, pb and ax and built the launcher's runner from the same
-command line once, and keeps them, with what the process caches (the dataset's features),
-for the trials it runs one after another, each into its usual pb experiment folder
+one per slot), which imported torch, pb and ax and built a trial runner once (from the
+launcher's options: the launcher's runner factory is pickled to it, the command line is
+parsed once), and keeps them, with what the process caches (the dataset's features), for
+the trials it runs one after another, each into its usual pb experiment folder
 (``<experiment_name><i>``); the driver gives each result to ax as it comes back and starts
 the next trial on the freed actor. The reproductions of the best trial run on the same
 actors. The driver alone talks to ax and writes the optimisation's records, so a trial is
@@ -20,7 +21,6 @@ node sees: each worker checks it sees it before anything else (a worker that doe
 the sweep, naming its node). See docs/cluster.md.
 """
 
-import contextlib
 import glob
 import logging
 import os
@@ -29,33 +29,29 @@ import time
 from .. import cluster, cluster_slots
 
 logger = logging.getLogger(__name__)
-PATH_OPTIONS = ("root_experiment_folder", "dataset_root", "root_config_folder", "global_db_path", "pytorch_home")
 
 
 class TrialWorker:
     """A Ray actor: one slot of the sweep. Checks that it sees the experiment folder (the
-    driver's ``token`` file, see cluster.write_token), builds the launcher's runner for
-    ``argv`` once (torch, pb and ax imported, the configs read) with ``threads`` torch
-    threads, and runs trials and reproductions with it one after another. Each call returns
-    ``(result, seconds, startup)``: the call's duration, and on the first call after the
-    actor (re)started the seconds its start-up took (else None)."""
+    driver's ``token`` file, see cluster.write_token), builds a trial runner once
+    (``factory.trial_runner()``: torch, pb and ax imported, the configs read) with
+    ``threads`` torch threads, and runs trials and reproductions with it one after another.
+    Each call returns ``(result, seconds, startup)``: the call's duration, and on the first
+    call after the actor (re)started the seconds its start-up took (else None)."""
 
-    def __init__(self, argv, threads, token):
+    def __init__(self, factory, threads, token):
         start = time.perf_counter()
         cluster.check_token(*token)
         logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s: %(message)s", level=logging.INFO)
         import torch
 
-        from .launcher import prepared_runner
-
         torch.set_num_threads(threads)
-        self.context = contextlib.ExitStack()  # pb's view of the command line, for the actor's life
-        self.runner = self.context.enter_context(prepared_runner(argv))
+        self.runner = factory.trial_runner()
         self.startup = time.perf_counter() - start
 
-    def _timed(self, function, *args):
+    def _timed(self, function, job):
         start = time.perf_counter()
-        result = function(*args)
+        result = function(job)
         startup, self.startup = self.startup, None
         return result, time.perf_counter() - start, startup
 
@@ -63,31 +59,29 @@ class TrialWorker:
         return self._timed(self.runner.run_trial, trial)
 
     def reproduce(self, job):
-        name, i = job
-        return self._timed(self.runner.reproduce_one, name, i)
+        return self._timed(self.runner.reproduce, job)
 
 
-class ParallelTrials:
-    def __init__(self, args, launcher_argv):
-        self.slots = args.parallel_trials
-        self.address = args.ray_address
-        self.gpus, self.cpus = args.trial_gpus, args.trial_cpus
-        # the workers rebuild the runner from this command line, with the folders made absolute
-        # (a worker's current directory is not the driver's)
-        self.argv = list(launcher_argv)
-        for option in PATH_OPTIONS:
-            value = getattr(args, option)
-            if value is not None:
-                self.argv += [f"--{option}", os.path.abspath(value)]
+class RayTrials:
+    """K trials (or reproductions) at a time on K warm Ray workers (``slots``), on the Ray
+    cluster at ``address`` (None: a new local instance), each with ``gpus`` GPUs and
+    ``cpus`` CPUs (None: the defaults of ``start``). ``factory`` builds the workers'
+    trial runners: give one whose folders are absolute (a worker's current directory is
+    not the driver's)."""
+
+    def __init__(self, factory, slots, address=None, gpus=None, cpus=None):
+        self.factory = factory
+        self.slots, self.address = slots, address
+        self.gpus, self.cpus = gpus, cpus
         self.workers = self.token = None
 
-    def start_workers(self, folder):
+    def start(self, folder):
         """Ray (started or joined) and the K warm actors, sized to fit on the nodes and
         started side by side (``cluster.Workers`` returns once all have started); each first
         checks that it sees ``folder`` (the token file stays there while they live, for
         actors that Ray restarts)."""
         if self.workers is not None:
-            return self.workers
+            return
         start = time.perf_counter()
         ray = cluster.connect(self.address)
         logger.info("Ray: connected in %.1f s", time.perf_counter() - start)
@@ -101,16 +95,19 @@ class ParallelTrials:
         options = cluster.resources("cuda" if gpus else "cpu", num_cpus=cpus, num_gpus=gpus or None)
         threads = max(1, int(cpus))
         logger.info("Ray: %d workers, each %s and %d torch threads", self.slots, options, threads)
-        self.workers = cluster.Workers(ray, TrialWorker, (self.argv, threads, self.token), self.slots, options)
-        return self.workers
+        self.workers = cluster.Workers(
+            ray, TrialWorker, (self.factory, threads, self.token), self.slots, options
+        )
 
-    def close(self):
-        if self.workers is not None:
-            self.workers.close()
-            self.workers = None
-        if self.token is not None:
-            os.remove(self.token[0])
-            self.token = None
+    @property
+    def free(self):
+        return self.workers.free
+
+    def __len__(self):
+        return len(self.workers)
+
+    def submit(self, method, job):
+        self.workers.submit(method, job)
 
     def next_done(self):
         """(job, result, seconds on its worker) of the first call to finish."""
@@ -119,37 +116,10 @@ class ParallelTrials:
             logger.info("Ray: a worker started in %.1f s (imports, runner build)", startup)
         return job, result, seconds
 
-    def optimise(self, runner, client, record_keeper, config_diffs):
-        workers = self.start_workers(runner.root)
-        busy = set()
-        try:
-            while True:
-                for trial in runner.next_trials(client, workers.free, busy):
-                    runner.start_trial(trial, config_diffs)
-                    workers.submit("run_trial", trial)
-                    busy.add(trial.index)
-                if not len(workers):
-                    table = client.summarize()
-                    done = 0 if table.empty else int((table["trial_status"] == "COMPLETED").sum())
-                    if done < runner.bayes_opt_iters:
-                        raise RuntimeError(f"ax proposed no new trial with none running ({done} completed)")
-                    return
-                trial, result, seconds = self.next_done()
-                busy.discard(trial.index)
-                logger.info("Optimization iteration %d finished (%.1f s on its worker)", trial.index, seconds)
-                runner.record(client, record_keeper, trial, result)
-        except BaseException:
-            self.close()
-            raise
-
-    def reproduce(self, runner, name):
-        workers = self.start_workers(runner.root)
-        waiting = [(name, i) for i in reversed(runner.reproduction_indices())]
-        try:
-            while waiting or len(workers):
-                while waiting and workers.free:
-                    workers.submit("reproduce", waiting.pop())
-                (_, i), _, seconds = self.next_done()
-                logger.info("Reproduction %d of %s finished (%.1f s on its worker)", i, name, seconds)
-        finally:
-            self.close()
+    def close(self):
+        if self.workers is not None:
+            self.workers.close()
+            self.workers = None
+        if self.token is not None:
+            os.remove(self.token[0])
+            self.token = None

@@ -1,25 +1,67 @@
-"""The sub-experiments of pb's Bayesian optimisation: one pb experiment folder per trial
+"""The runner of pb's Bayesian optimisation's trials: one pb experiment folder per trial
 (``<experiment_name><i>``), trained, resumed, evaluated on the test split and
-reproduced with pb's SingleExperimentRunner."""
+reproduced with pb's SingleExperimentRunner.
+
+A trial executor (trials.py, parallel.py) builds one from the launcher's options
+(runner_factory.py), in the launcher's process or in a Ray worker, and runs the trials and
+reproductions the optimisation gives it with ``run_trial`` and ``reproduce``.
+BayesOptRunner, the optimisation itself, extends it.
+"""
 
 import logging
 import os
 import shutil
 
 from easy_module_attribute_getter import utils as emag_utils
-from powerful_benchmarker.runners.single_experiment_runner import SingleExperimentRunner
+from powerful_benchmarker.runners.base_runner import BaseRunner
 from powerful_benchmarker.utils import common_functions as pb_c_f
 from powerful_benchmarker.utils import constants as const
 from record_keeper.db_utils import DBManager
 
-from .search_space import set_at_path
+from .runners import GivenCommandLine, SingleExperimentRunner
+from .search_space import set_at_path, take_search_space
 
 logger = logging.getLogger(__name__)
 
 
-class SubExperiments:
-    """What BayesOptRunner does with one trial's pb experiment (needs the runner's
-    ``root``, ``read_configs``, ``setup_yaml_reader`` and pb's runner options)."""
+class TrialRunner(GivenCommandLine, BaseRunner):
+    """pb's runner of the sub-experiments of the optimisation ``<root_experiment_folder>/
+    <experiment_name>`` (``--experiment_name`` in ``pb_argv``, pb's part of the command
+    line); the other options are pb's runner options."""
+
+    def __init__(self, pb_argv=(), **kwargs):
+        super().__init__(**kwargs)
+        self.pb_argv = list(pb_argv)
+        self.YR = self.setup_yaml_reader()
+        self.experiment_name = self.YR.args.experiment_name
+        self.root = os.path.join(self.root_experiment_folder, self.experiment_name)
+        if self.global_db_path is None:
+            self.global_db_path = os.path.join(self.root, "bayes_opt_experiments.db")
+        self.YR, self.search_space = self.read_configs()
+
+    def read_configs(self, find_search_space=True, merge_argparse=False):
+        """The experiment's configs: the saved copy in the experiment folder if there is
+        one (resuming), else the config root's (then saved there). With
+        ``find_search_space``, also the search ranges, taken out of the configs."""
+        YR = self.setup_yaml_reader()
+        resuming = os.path.isdir(YR.args.place_to_save_configs)
+        if resuming:
+            config_paths = self.get_saved_config_paths(YR.args)
+            merge_argparse = self.merge_argparse_when_resuming or merge_argparse
+        else:
+            config_paths = self.get_root_config_paths(YR.args)
+            merge_argparse = True
+        YR.args, _, YR.args.dict_of_yamls = YR.load_yamls(
+            config_paths=config_paths,
+            max_merge_depth=float("inf"),
+            max_argparse_merge_depth=float("inf"),
+            merge_argparse=merge_argparse,
+        )
+        if not resuming:
+            pb_c_f.save_config_files(YR.args.place_to_save_configs, YR.args.dict_of_yamls, False, [])
+        if find_search_space:
+            return YR, take_search_space(YR.args.__dict__)
+        return YR
 
     def sub_experiment_name(self, trial_index):
         return f"{self.experiment_name}{trial_index}"
@@ -54,9 +96,18 @@ class SubExperiments:
             pytorch_home=self.pytorch_home,
             global_db_path=self.global_db_path,
             merge_argparse_when_resuming=self.merge_argparse_when_resuming,
+            pb_argv=self.pb_argv,
         )
         runner.pytorch_getter = self.pytorch_getter
         return runner
+
+    def run_trial(self, trial):
+        """pb's result of the trial's experiment (bayes_opt.Trial): (fold mean, SEM) of the
+        primary metric. A trial whose folder exists is resumed (an interrupted run, or a Ray
+        task run again after its worker died)."""
+        if trial.resuming or os.path.isdir(self.sub_experiment_path(trial.name)):
+            return self.resume_training(trial.parameters, trial.name)
+        return self.run_new_experiment(trial.parameters, trial.name)
 
     def run_new_experiment(self, parameters, name):
         YR, _ = self.read_configs()
@@ -122,17 +173,10 @@ class SubExperiments:
             YR.args.splits_to_eval = ["test"]
             self.single_experiment_runner().run_new_experiment_or_resume(YR)
 
-    def reproduction_indices(self):
-        if isinstance(self.reproductions, (list, tuple)):
-            return list(range(*self.reproductions))
-        return list(range(self.reproductions))
-
-    def reproduce_results(self, name):
-        for i in self.reproduction_indices():
-            self.reproduce_one(name, i)
-
-    def reproduce_one(self, name, i):
-        """Reproduction i of sub-experiment ``name`` (resumed if its folder exists), tested."""
+    def reproduce(self, job):
+        """Reproduction i of sub-experiment ``name``, ``job = (name, i)`` (resumed if its
+        folder exists), tested."""
+        name, i = job
         reproduction = f"{name}_reproduction{i}"
         YR = self.fresh_yaml_reader(reproduction)
         YR.args.reproduce_results = self.sub_experiment_path(name)
