@@ -53,7 +53,7 @@ import torch
 from pytorch_metric_learning import losses as pml_losses
 
 from pml_fieldlosses import losses
-from pml_fieldlosses.utils.neighbor_list import NeighborList
+from pml_fieldlosses.losses.potential.neighbor_list import NeighborList
 
 DATA = {
     "hard": {"centre_scale": 1 / 8, "noise": 1.0, "label_noise": 0.1},
@@ -151,20 +151,20 @@ class Run:
 
     def mode(self):
         nl = self.neighbors
-        if nl.reference is None:
+        if nl.state is None:
             return "all"  # small enough for the loss's dense path
-        if nl.last_reanchored == len(nl.reference):
+        if nl.stats.last_reanchored == len(nl.state.reference):
             return "build"
-        return "list" if nl.pairs is not None else "dense"
+        return "list" if nl.state.kept else "dense"
 
     def proxy_pair_work(self):
         """The last step's proxy-pair work as a fraction of one dense search."""
         nl = self.neighbors
-        if nl.reference is None:
+        if nl.state is None:
             return 1.0
-        n, dim = nl.reference.shape
+        n, dim = nl.state.reference.shape
         pair_cost = nl.pair_cost if nl.pair_cost is not None else NeighborList.default_pair_cost(dim)
-        return (nl.last_searched + pair_cost * nl.last_evaluated) / (n * (n - 1) / 2)
+        return (nl.stats.last_searched + pair_cost * nl.stats.last_evaluated) / (n * (n - 1) / 2)
 
     def stage_cell(self, stage, reference):
         """The printed cell of one stage: time, ProxyAnchor's (``reference``) in
@@ -237,11 +237,12 @@ def run_scale(args, C, g):
         cells = [run.stage_cell(stage, reference) for stage in ("start", "middle", "end")]
         print(f"N={C:<6} {name:<12} " + " | ".join(cells), flush=True)
     for name, run in runs.items():
-        nl = run.neighbors
-        skin = f"last skin {nl.skin:.3f} (largest {nl.max_skin:.3f})" if nl.skin is not None else "no list"
+        state, stats = run.neighbors.state, run.neighbors.stats
+        skin = f"last skin {state.skin:.3f} (largest {state.max_skin:.3f})" if state else "no list"
         print(
-            f"N={C:<6} {name:<12} {steps} steps; {skin}; {nl.num_builds} builds ({nl.num_dense_builds} not kept), "
-            f"{nl.num_dense_steps} dense steps, {nl.num_partial_rebuilds} partial re-anchors",
+            f"N={C:<6} {name:<12} {steps} steps; {skin}; "
+            f"{stats.num_builds} builds ({stats.num_dense_builds} not kept), "
+            f"{stats.num_dense_steps} dense steps, {stats.num_partial_rebuilds} partial re-anchors",
             flush=True,
         )
     print(

@@ -69,7 +69,7 @@ def test_dense_path_is_chosen_for_small_point_sets_only():
         values.append(loss_fn(x, labels))
         P = len(labels) + 2 * NUM_CLASSES
         assert loss_fn.use_dense(P) == (dense if dense is not None else P * P * EMBEDDING_SIZE <= dense_entries)
-        assert (loss_fn.neighbor_list.num_builds == 0) == loss_fn.use_dense(P)
+        assert (loss_fn.neighbor_list.stats.num_builds == 0) == loss_fn.use_dense(P)
     assert losses.PotentialFieldLoss(3, 4).dense is None
     for value in values[1:]:
         assert_close(value, values[0], torch.float64)
@@ -178,7 +178,7 @@ def test_chunked_and_checkpointed_paths_match_naive():
     loss_fn.neighbor_list.pair_cost = 1  # keep the list however dense
     check_against_naive(loss_fn, naive, x, labels, proxies, torch.float64)
     assert loss_fn.neighbor_list.chunk_entries == 2 * EMBEDDING_SIZE
-    assert loss_fn.neighbor_list.pairs.shape[1] > 10
+    assert loss_fn.neighbor_list.state.pairs.shape[1] > 10
 
 
 @pytest.mark.parametrize("path", PATHS)

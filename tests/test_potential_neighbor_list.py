@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from pml_fieldlosses import losses
-from pml_fieldlosses.utils.neighbor_list import NeighborList
+from pml_fieldlosses.losses.potential import distances
+from pml_fieldlosses.losses.potential.neighbor_list import NeighborList
+from pml_fieldlosses.losses.potential.pair_search import DenseSearch
 
 from .helpers import assert_close
 from .naive_potential import check_dense_reference, dense_reference
@@ -40,20 +42,21 @@ def test_list_holds_every_close_pair_and_valid_clearances(dim, n, group_size, cu
     groups = torch.arange(n) // group_size
     for _ in range(40):
         returned = neighbors.update(points, group_size, cutoff, skin)
-        for pairs in [returned, neighbors.pairs]:  # the pairs within the cutoff (after a build) or the list
+        # the pairs within the cutoff (after a build) or the list
+        for pairs in [returned, neighbors.state.pairs]:
             listed = torch.zeros(n, n, dtype=torch.bool)
             listed[pairs[0], pairs[1]] = True
             assert (pairs[0] < pairs[1]).all() and (groups[pairs[0]] != groups[pairs[1]]).all()
             assert len(set(map(tuple, pairs.T.tolist()))) == pairs.shape[1]  # no duplicates
             assert not (true_close_pairs(points, group_size, cutoff) & ~listed).any()
-        reference = neighbors.reference.double()
+        reference = neighbors.state.reference.double()
         unlisted = (groups[:, None] != groups[None]) & ~(listed | listed.T)
         nearest = torch.where(unlisted, torch.cdist(reference, reference), torch.inf).amin(dim=1)
-        assert (neighbors.clearance.double() <= nearest).all()
+        assert (neighbors.state.clearance.double() <= nearest).all()
         step = torch.randn(n, dim, generator=g, dtype=dtype) * speed
         moving = torch.rand(n, 1, generator=g) < 0.3
         points = torch.nn.functional.normalize(points + step * moving, dim=1)
-    assert neighbors.num_builds == 1 and neighbors.num_partial_rebuilds > 5
+    assert neighbors.stats.num_builds == 1 and neighbors.stats.num_partial_rebuilds > 5
 
 
 def training_run(loss_fn, steps, proxy_lr, generator, check=True):
@@ -117,7 +120,46 @@ def test_matches_dense_reference_at_every_training_step(name, skin):
     loss_fn.neighbor_skin = skin
     training_run(loss_fn, 25, 0.1, g)
     neighbors = loss_fn.neighbor_list
-    assert neighbors.num_partial_rebuilds >= 5 and neighbors.pairs.shape[1] > 0
+    assert neighbors.stats.num_partial_rebuilds >= 5 and neighbors.state.pairs.shape[1] > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_dense_search_returns_the_close_pairs_and_agrees_with_the_list(dtype):
+    """The other PairSearch: every update returns exactly the pairs of different groups
+    within the cutoff (up to the rounding margin), after one search of all pairs; along a
+    random walk, the neighbour list returns the same pairs."""
+    g = torch.Generator().manual_seed(13)
+    n, dim, group_size, cutoff, skin = 150, 3, 3, 0.25, 0.1
+    points = torch.nn.functional.normalize(torch.randn(n, dim, generator=g, dtype=dtype), dim=1)
+    dense, neighbors = DenseSearch(chunk_entries=997), NeighborList(chunk_entries=997, pair_cost=1)
+    for step in range(20):
+        returned = dense.update(points, group_size, cutoff, skin)
+        listed = torch.zeros(n, n, dtype=torch.bool)
+        listed[returned[0], returned[1]] = True
+        assert (returned[0] < returned[1]).all() and listed.sum() == returned.shape[1]
+        assert not (true_close_pairs(points, group_size, cutoff) & ~listed).any()
+        assert (listed & ~true_close_pairs(points, group_size, cutoff * (1 + 1e-5))).sum() == 0
+        assert dense.stats.last_searched >= n * (n - 1) / 2 and dense.stats.num_dense_steps == step + 1
+        assert dense.stats.last_evaluated >= dense.stats.last_returned == returned.shape[1]
+        from_list = neighbors.update(points, group_size, cutoff, skin)
+        assert set(map(tuple, from_list.T.tolist())) == set(map(tuple, returned.T.tolist()))
+        moving = torch.rand(n, 1, generator=g) < 0.3
+        walk = 0.02 * torch.randn(n, dim, generator=g, dtype=dtype)
+        points = torch.nn.functional.normalize(points + walk * moving, dim=1)
+    assert neighbors.stats.num_partial_rebuilds > 0
+
+
+@pytest.mark.parametrize("name", LOSS_KWARGS)
+def test_a_loss_with_a_dense_search_matches_its_dense_path(name):
+    """The loss's proxy pair search is any PairSearch: with a DenseSearch in place of the
+    neighbour list, every training step equals the dense reference."""
+    g = torch.Generator().manual_seed(len(name))
+    loss_fn = scalable_loss(name, 40, 3, 4)
+    loss_fn.neighbor_list = DenseSearch()
+    loss_fn.collect_stats = True
+    training_run(loss_fn, 8, 0.1, g)
+    assert loss_fn.neighbor_list.stats.num_dense_steps == 8
+    assert loss_fn.num_searched_proxy_pairs >= 120 * 119 / 2 and loss_fn.num_reanchored_proxies == 0
 
 
 def test_a_stale_list_is_caught_by_the_dense_comparison(monkeypatch):
@@ -171,21 +213,21 @@ def test_rebuild_happens_exactly_when_the_displacements_require_it():
     loss_fn = two_proxies(0.61)  # just outside the list radius 0.6: clearance 0.61
     neighbors = loss_fn.neighbor_list
     check_dense(loss_fn, x, labels)
-    assert neighbors.num_builds == 1 and neighbors.pairs.shape[1] == 0
+    assert neighbors.stats.num_builds == 1 and neighbors.state.pairs.shape[1] == 0
     # each moves 0.15 <= (0.61 - 0.3) / 2 = 0.155: no search, the pair is still >= 0.3 apart
     move(loss_fn, 0.15)
     check_dense(loss_fn, x, labels)
-    assert neighbors.last_reanchored == 0 and neighbors.num_partial_rebuilds == 0
+    assert neighbors.stats.last_reanchored == 0 and neighbors.stats.num_partial_rebuilds == 0
     # another 0.01 each: both exceed their allowance; the pair is now 0.29 < 0.3 apart
     # and must repel, which only a search can find
     move(loss_fn, 0.01)
     loss = check_dense(loss_fn, x, labels)
-    assert neighbors.last_reanchored == 2 and neighbors.num_partial_rebuilds == 1
-    assert neighbors.pairs.tolist() == [[0], [1]]
+    assert neighbors.stats.last_reanchored == 2 and neighbors.stats.num_partial_rebuilds == 1
+    assert neighbors.state.pairs.tolist() == [[0], [1]]
     assert loss > check_dense(two_proxies(0.61), x, labels)  # the repulsion is in
     # no movement: nothing to do
     check_dense(loss_fn, x, labels)
-    assert neighbors.last_reanchored == 0 and neighbors.num_partial_rebuilds == 1
+    assert neighbors.stats.last_reanchored == 0 and neighbors.stats.num_partial_rebuilds == 1
 
 
 def test_one_moving_proxy_is_searched_alone():
@@ -199,9 +241,9 @@ def test_one_moving_proxy_is_searched_alone():
             # a big jump (to the antipode: 2 apart once normalised, beyond any allowance)
             loss_fn.proxies[4, 1] = -loss_fn.proxies[4, 1]
         loss = loss_fn(x, labels)
-        assert neighbors.last_reanchored == 1
+        assert neighbors.stats.last_reanchored == 1
         assert_close(loss, dense_reference(loss_fn, x, labels)[0], torch.float64)
-    assert neighbors.num_builds == 1 and neighbors.num_partial_rebuilds == 3
+    assert neighbors.stats.num_builds == 1 and neighbors.stats.num_partial_rebuilds == 3
 
 
 def test_list_is_a_cache_across_dtype_changes_state_dict_and_no_grad_calls():
@@ -217,16 +259,16 @@ def test_list_is_a_cache_across_dtype_changes_state_dict_and_no_grad_calls():
     x32 = x.clone().requires_grad_()
     loss = loss_fn(x32, labels)
     loss.backward()
-    assert neighbors.num_builds == 1 and neighbors.last_reanchored >= 1
+    assert neighbors.stats.num_builds == 1 and neighbors.stats.last_reanchored >= 1
     expected = dense_reference(copy.deepcopy(loss_fn).double(), x.double(), labels)[0]
     assert_close(loss, expected, torch.float32)
     with torch.no_grad():
         loss_fn(x, labels)
-    assert neighbors.num_builds == 1 and neighbors.reference.dtype == torch.float32
+    assert neighbors.stats.num_builds == 1 and neighbors.state.reference.dtype == torch.float32
     # a float64 call casts the proxies (PML's cast_types) and rebuilds the list
     x64 = x.double().requires_grad_()
     loss = loss_fn(x64, labels)
-    assert neighbors.num_builds == 2 and neighbors.reference.dtype == torch.float64
+    assert neighbors.stats.num_builds == 2 and neighbors.state.reference.dtype == torch.float64
     loss.backward()  # the list made under inference mode does not get in the way
     assert set(loss_fn.state_dict()) == {"proxies"}
 
@@ -237,14 +279,14 @@ def test_list_is_a_cache_across_dtype_changes_state_dict_and_no_grad_calls():
     loss_fn.load_state_dict(other.state_dict())
     expected = dense_reference(other, x64, labels)[0]
     assert_close(loss_fn(x64, labels), expected, torch.float64)
-    assert neighbors.num_builds == 3 and neighbors.last_reanchored == 60
+    assert neighbors.stats.num_builds == 3 and neighbors.stats.last_reanchored == 60
     assert_close(copy.deepcopy(loss_fn)(x64, labels), expected, torch.float64)
     loss_fn(x64, labels)
-    assert neighbors.num_builds == 3 and neighbors.last_reanchored == 0
+    assert neighbors.stats.num_builds == 3 and neighbors.stats.last_reanchored == 0
     # a changed repulsion radius or skin invalidates the list
     loss_fn.neighbor_skin = 0.5
     loss_fn(x64, labels)
-    assert neighbors.num_builds == 4
+    assert neighbors.stats.num_builds == 4
 
 
 @pytest.mark.parametrize("name", LOSS_KWARGS)
@@ -265,8 +307,8 @@ def test_results_do_not_depend_on_the_lists_history(name):
     fresh.load_state_dict(trained.state_dict())
     x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
     loss1, loss2 = trained(x1, labels), fresh(x2, labels)
-    assert trained.neighbor_list.num_partial_rebuilds > 0 and fresh.neighbor_list.num_builds == 1
-    assert not torch.equal(trained.neighbor_list.pairs, fresh.neighbor_list.pairs)
+    assert trained.neighbor_list.stats.num_partial_rebuilds > 0 and fresh.neighbor_list.stats.num_builds == 1
+    assert not torch.equal(trained.neighbor_list.state.pairs, fresh.neighbor_list.state.pairs)
     assert torch.equal(loss1, loss2)
     grads1 = torch.autograd.grad(loss1, [x1, trained.proxies])
     grads2 = torch.autograd.grad(loss2, [x2, fresh.proxies])
@@ -340,7 +382,7 @@ def test_contracted_proxies_cost_at_most_about_the_dense_computation(name):
         assert evaluated <= max(max_pairs, interacting)
         if name == "PFML":
             assert work <= 3 * dense, [step[0] / dense for step in steps]
-    assert loss_fn.neighbor_list.num_dense_builds >= 1
+    assert loss_fn.neighbor_list.stats.num_dense_builds >= 1
 
 
 def test_a_kept_dense_list_exceeds_the_work_bound(monkeypatch):
@@ -348,9 +390,9 @@ def test_a_kept_dense_list_exceeds_the_work_bound(monkeypatch):
     whose every listed pair is evaluated from its coordinates (the behaviour
     before issue 16: no separation filter)."""
 
-    def every_listed_pair(self, points, displacements, cutoff):
-        self.last_evaluated = self.pairs.shape[1]
-        return self.pairs
+    def every_listed_pair(self, points, displacements):
+        self.stats.last_evaluated = self.state.pairs.shape[1]
+        return self.state.pairs
 
     monkeypatch.setattr(NeighborList, "_may_be_close", every_listed_pair)
     g = torch.Generator().manual_seed(1)
@@ -387,13 +429,14 @@ def test_switches_between_list_and_dense_builds_stay_exact():
             xg = x.clone().requires_grad_()
             loss = loss_fn(xg, labels)
             check_dense_reference(loss_fn, x, labels, loss, torch.autograd.grad(loss, [xg, loss_fn.proxies]))
-            kept.append(neighbors.pairs is not None)
+            kept.append(neighbors.state.kept)
     # the jump into the cluster re-anchors every proxy: a build, which drops the list (its
     # pairs within the cutoff alone exceed max_pairs); dense steps follow. The jump back is
     # a dense step whose measured speed (the jump) is too fast for any list; the next step
     # measures the slow motion again and builds.
     assert kept == [True] * 4 + [False] * 5 + [True] * 3
-    assert neighbors.num_dense_builds == 1 and neighbors.num_dense_steps == 5 and neighbors.num_builds == 3
+    stats = neighbors.stats
+    assert stats.num_dense_builds == 1 and stats.num_dense_steps == 5 and stats.num_builds == 3
 
 
 def shell(n, dim, median, generator):
@@ -441,7 +484,7 @@ def no_shrinking(monkeypatch, fitting_skin=False):
     a dense step also starts from the skin chosen for the speed, not from the
     largest skin whose pairs were counted to fit."""
     monkeypatch.setattr(
-        NeighborList, "_shrink", lambda self, found, found_sq, nearest, keep, slack: (None, None, 0.0)
+        NeighborList, "_shrink", lambda self, found, found_sq, nearest, keep, slack: (False, [], [], 0.0)
     )
     if not fitting_skin:
         build = NeighborList._build
@@ -488,8 +531,8 @@ def test_contracted_proxies_without_close_pairs_keep_a_sparse_list(
     neighbors, n = loss_fn.neighbor_list, 120
     max_pairs = neighbors.max_pairs(torch.empty(n, 128))
     assert all(s <= 3 * n**2 for s in searched) and all(e <= max_pairs for e in evaluated)
-    assert neighbors.pairs is not None and neighbors.skin < loss_fn.neighbor_skin * 0.4
-    assert (neighbors.num_builds, neighbors.num_dense_steps) == ((1, 0) if shrink else (2, 1))
+    assert neighbors.state.kept and neighbors.state.skin < loss_fn.neighbor_skin * 0.4
+    assert (neighbors.stats.num_builds, neighbors.stats.num_dense_steps) == ((1, 0) if shrink else (2, 1))
     assert sum(searched[3:]) < n**2, searched  # the last 9 steps together: less than one dense search
 
 
@@ -505,7 +548,7 @@ def test_without_shrinking_the_radius_every_step_searches_all_pairs(monkeypatch,
     loss_fn = scalable_loss("PFML", 60, 2, 128, delta=0.3, repulsion_delta=0.4)
     loss_fn.neighbor_list.adaptive_skin = adaptive
     searched, _ = contracted_run(loss_fn, speed, 6, g, check=False)
-    assert loss_fn.neighbor_list.pairs is None
+    assert not loss_fn.neighbor_list.state.kept
     assert all(s >= 120**2 / 2 for s in searched[3:]), searched
 
 
@@ -520,11 +563,11 @@ def test_a_proxy_moving_alone_uses_its_whole_allowance():
     with torch.no_grad():
         loss_fn.proxies[1, 0, 0] -= 0.3  # 0.3 <= 0.31, beyond half of it
     check_dense(loss_fn, x, labels)
-    assert neighbors.last_reanchored == 0 and neighbors.num_partial_rebuilds == 0
+    assert neighbors.stats.last_reanchored == 0 and neighbors.stats.num_partial_rebuilds == 0
     with torch.no_grad():
         loss_fn.proxies[1, 0, 0] -= 0.02  # now 0.29 apart: within the cutoff 0.3
     loss = check_dense(loss_fn, x, labels)
-    assert neighbors.last_reanchored == 1 and neighbors.pairs.tolist() == [[0], [1]]
+    assert neighbors.stats.last_reanchored == 1 and neighbors.state.pairs.tolist() == [[0], [1]]
     assert loss > check_dense(two_proxies(0.61), x, labels)  # the repulsion is in
 
 
@@ -550,7 +593,7 @@ def test_list_stays_exact_when_one_point_moves_far_and_the_others_little(dtype):
             * torch.nn.functional.normalize(torch.randn(1, dim, generator=g, dtype=dtype), dim=1)
         )
         points = torch.nn.functional.normalize(points + step, dim=1)
-    assert neighbors.num_builds == 1 and neighbors.num_partial_rebuilds > 5
+    assert neighbors.stats.num_builds == 1 and neighbors.stats.num_partial_rebuilds > 5
 
 
 @pytest.mark.parametrize("renew", [True, False], ids=["odometer-bound", "no-bound"])
@@ -567,12 +610,12 @@ def test_a_listed_pair_that_keeps_its_distance_is_evaluated_every_few_updates(re
     step = torch.tensor([0.0, 0.004, 0.0], dtype=torch.float64)
     evaluated = []
     for _ in range(31):
-        if not renew and neighbors.bound is not None:
-            neighbors.bound = torch.full_like(neighbors.bound, float("-inf"))
+        if not renew and neighbors.state is not None:
+            neighbors.state.bound = torch.full_like(neighbors.state.bound, float("-inf"))
         assert neighbors.update(points, 1, 0.4, 0.3).shape[1] == 0
-        evaluated.append(neighbors.last_evaluated)
+        evaluated.append(neighbors.stats.last_evaluated)
         points = points + step
-    assert neighbors.num_builds == 1 and neighbors.num_partial_rebuilds == 0
+    assert neighbors.stats.num_builds == 1 and neighbors.stats.num_partial_rebuilds == 0
     assert evaluated[1:7] == [0] * 6  # the reference certificate holds
     if renew:
         assert 3 <= sum(evaluated[7:]) <= 6, evaluated
@@ -591,24 +634,24 @@ def test_an_update_that_raises_leaves_no_half_made_state():
     neighbors = NeighborList(pair_cost=1)
     search, failed = neighbors._search, []
 
-    def search_failing_once(rows, others, max_pairs=None):
-        if max_pairs is None and not failed:  # the first partial rebuild
+    def search_failing_once(rows, others, build):
+        if not build and not failed:  # the first partial rebuild
             failed.append(len(rows))
             raise RuntimeError("out of memory")
-        return search(rows, others, max_pairs)
+        return search(rows, others, build)
 
     neighbors._search = search_failing_once
     for _ in range(40):
         try:
             returned = neighbors.update(points, 1, cutoff, skin)
         except RuntimeError:
-            assert neighbors.reference is None and neighbors.pairs is None
+            assert neighbors.state is None and neighbors.motion is None
             returned = neighbors.update(points, 1, cutoff, skin)
         listed = torch.zeros(n, n, dtype=torch.bool)
         listed[returned[0], returned[1]] = True
         assert not (true_close_pairs(points, 1, cutoff) & ~listed).any()
         points = torch.nn.functional.normalize(points + 0.04 * torch.randn(n, dim, generator=g), dim=1)
-    assert failed and neighbors.num_builds == 2
+    assert failed and neighbors.stats.num_builds == 2
 
 
 @pytest.mark.parametrize("precision", ["high", "medium"])
@@ -618,7 +661,7 @@ def test_searches_multiply_in_full_precision_whatever_the_global_setting(monkeyp
     list's and the loss's searches run at "highest", and the setting is
     restored afterwards."""
     seen = []
-    augmented, candidate_pairs = NeighborList._augmented, losses.PotentialFieldLoss.candidate_pairs
+    augmented, candidate_pairs = distances.augmented, losses.PotentialFieldLoss.candidate_pairs
 
     def recording_augmented(points):
         seen.append(torch.get_float32_matmul_precision())
@@ -628,7 +671,7 @@ def test_searches_multiply_in_full_precision_whatever_the_global_setting(monkeyp
         seen.append(torch.get_float32_matmul_precision())
         return candidate_pairs(self, *args)
 
-    monkeypatch.setattr(NeighborList, "_augmented", staticmethod(recording_augmented))
+    monkeypatch.setattr(distances, "augmented", recording_augmented)
     monkeypatch.setattr(losses.PotentialFieldLoss, "candidate_pairs", recording_candidate_pairs)
     loss_fn = scalable_loss("PFML", 50, 2, 16)
     x, labels = torch.randn(32, 16), torch.arange(32) % 50

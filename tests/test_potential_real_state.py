@@ -82,7 +82,7 @@ def test_real_contracted_proxies_keep_a_sparse_exact_list():
     work, neighbors = replay(30)
     assert work[0] == pytest.approx(1.0, rel=0.2)  # the build
     assert max(work[1:]) < 0.2 and sum(work[1:]) / len(work[1:]) < 0.05, work
-    assert neighbors.pairs is not None and neighbors.num_dense_steps == 0
+    assert neighbors.state.kept and neighbors.stats.num_dense_steps == 0
 
 
 def test_without_shrinking_or_adaptive_skin_every_real_step_is_dense(monkeypatch):
@@ -91,4 +91,4 @@ def test_without_shrinking_or_adaptive_skin_every_real_step_is_dense(monkeypatch
     searches all pairs."""
     no_shrinking(monkeypatch)
     work, neighbors = replay(6, adaptive_skin=False)
-    assert neighbors.pairs is None and min(work) >= 1.0, work
+    assert not neighbors.state.kept and min(work) >= 1.0, work

@@ -20,7 +20,8 @@ class ContrastivePotentialLoss(BasePotentialLoss):
     attraction, which is what the ablation is about; the Hadsell-style
     alternative [repulsion_delta - d]_+^2 has a force that decays with d and
     would mix both properties. Both potentials are functions of d^2, so no
-    distance floor is needed.
+    distance floor is needed (see docs/derivations.md, "The potential energy and
+    its plateau decomposition").
     Defaults as PotentialFieldLoss: proxies_per_class=2, delta=0.2.
     """
 

@@ -17,7 +17,8 @@ class PotentialFieldLoss(BasePotentialLoss):
     attraction(d) = -max(d, delta)^(-alpha) (same class; no force within delta),
     repulsion(d) = max(min(d, repulsion_delta), distance_floor)^(-alpha)
     (other classes; no force beyond repulsion_delta). The default SumReducer
-    gives the paper's U without its constant self terms.
+    gives the paper's U without its constant self terms (see docs/derivations.md,
+    "The potential energy and its plateau decomposition").
 
     ``distance_floor`` (1e-3) bounds the repulsion of points that (nearly)
     coincide at 1e-3^(-alpha), with no force below it: the direction between

@@ -1,0 +1,161 @@
+"""The energy of the potential losses (Bhatnagar & Ahuja, CVPR 2025, Eq. 3-6): the per-point
+energies E_a = sum_{b != a} phi(d_ab, l_a = l_b) of the P = B + N M points (the batch
+embeddings, then the proxies class-major), computed as the paper's sum over all pairs (the
+dense path) or by the plateau decomposition (the scalable path). See docs/derivations.md,
+"The potential energy and its plateau decomposition"."""
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from .distances import class_sq_distances, pair_sq_distances
+
+
+@dataclass(frozen=True)
+class PairPotential:
+    """phi(d, same) as a function of sq = d^2: ``attraction`` for two points of one class,
+    ``repulsion`` for two of different classes. Both are flat beyond their radius: the
+    attraction is constant for d <= ``delta``, the repulsion for d >= ``repulsion_delta``;
+    those constants are the *plateau* values."""
+
+    attraction: Callable[[torch.Tensor], torch.Tensor]
+    repulsion: Callable[[torch.Tensor], torch.Tensor]
+    delta: float
+    repulsion_delta: float
+
+    def __call__(self, sq, same):
+        # both potentials are clamped, so torch.where's gradient is clean (also at d = 0)
+        return torch.where(same, self.attraction(sq), self.repulsion(sq))
+
+    def plateaus(self, dtype, device):
+        """attraction(delta^2) and repulsion(repulsion_delta^2), as tensors: the potentials
+        evaluated on their plateau, so that potential - plateau is exactly 0 there."""
+        inside = self.attraction(torch.tensor(self.delta**2, dtype=dtype, device=device))
+        outside = self.repulsion(torch.tensor(self.repulsion_delta**2, dtype=dtype, device=device))
+        return inside, outside
+
+    def off_plateau(self, sq, same):
+        """phi - plateau: exactly 0 for a pair on its plateau."""
+        inside, outside = self.plateaus(sq.dtype, sq.device)
+        # both branches are finite (clamped), so torch.where's gradient is clean
+        return torch.where(same, self.attraction(sq) - inside, self.repulsion(sq) - outside)
+
+
+# The dense path: the paper's sum as written
+
+
+def pair_potential_matrix(points, point_labels, potential):
+    """phi(d_ab, l_a = l_b) of all P x P ordered pairs (a, b), the squared distances from
+    coordinate differences, and the mask of the same-class pairs."""
+    sq = (points.unsqueeze(1) - points.unsqueeze(0)).pow(2).sum(dim=2)
+    same = point_labels.unsqueeze(1) == point_labels.unsqueeze(0)
+    return potential(sq, same), same
+
+
+def dense_energies(phi):
+    """E_a = sum_{b != a} phi_ab: the paper's U per evaluation point, without its constant self
+    terms phi_aa = attraction(0) (no gradient)."""
+    self_terms = torch.eye(len(phi), dtype=torch.bool, device=phi.device)
+    return phi.masked_fill(self_terms, 0).sum(dim=1)
+
+
+def off_plateau_pair_counts(phi, same, potential):
+    """(same-class, different-class) unordered pairs off their plateau, from the dense path's
+    phi matrix."""
+    inside, outside = potential.plateaus(phi.dtype, phi.device)
+    upper = torch.ones_like(same).triu(diagonal=1)
+    off_plateau = upper & (phi != torch.where(same, inside, outside))
+    return int((off_plateau & same).sum()), int((off_plateau & ~same).sum())
+
+
+# The scalable path: the plateau decomposition
+#
+#   E_a = (n_{l_a} - 1) inside + (P - n_{l_a}) outside + sum_{b != a} [phi(d_ab, l_a = l_b) - plateau]
+#
+# (n_c: the points of class c). A term of the sum is exactly 0 unless its pair is off its plateau.
+
+
+def scalable_energies(
+    embeddings,
+    raw_proxies,
+    point_labels,
+    *,
+    potential,
+    pairs,
+    same,
+    attracting_classes,
+    proxy_points,
+    proxies_per_class,
+    chunk_entries,
+):
+    """The same E_a as dense_energies, by the plateau decomposition: the plateau counts
+    (plateau_energies), the candidate pairs ``pairs`` (2, K) with their same-class mask
+    ``same``: a superset of the pairs off their plateau except those of two proxies of one
+    class (pair_energies), and the pairs of two proxies of one class, for the
+    ``attracting_classes`` only: the others' are on the attraction plateau
+    (intra_class_energies). ``raw_proxies`` (N M, D) are the learnable proxies,
+    ``proxy_points`` maps rows of them to points (the normalisation). The gradient goes
+    through the proxies off a plateau only (those in a candidate pair and those of the
+    attracting classes): the others add exact zeros, so the backward pass does not touch them."""
+    B, M, D = len(embeddings), proxies_per_class, raw_proxies.shape[1]
+    N = len(raw_proxies) // M
+    # the pairs' points: all embeddings, and only the proxies in some pair
+    rows = torch.unique(pairs[pairs >= B]) - B
+    points = torch.cat([embeddings, proxy_points(torch.nn.functional.embedding(rows, raw_proxies))])
+    local = torch.empty_like(point_labels)
+    local[:B] = torch.arange(B, device=local.device)
+    local[B + rows] = torch.arange(B, len(points), device=local.device)
+    off_plateau = pair_energies(points, local[pairs], same, potential, chunk_entries)
+    classes = attracting_classes
+    own = proxy_points(raw_proxies.view(N, M, D)[classes].reshape(len(classes) * M, D))
+    intra_class = intra_class_energies(own.view(len(classes), M, D), potential)
+    intra_class = raw_proxies.new_zeros(N, M).index_copy(0, classes, intra_class).reshape(-1)
+    plateau = plateau_energies(point_labels, N, potential, embeddings.dtype)
+    return torch.cat(
+        [
+            plateau[:B] + off_plateau[:B],
+            (plateau[B:] + intra_class).index_add(0, rows, off_plateau[B:]),
+        ]
+    )
+
+
+def plateau_energies(point_labels, num_classes, potential, dtype):
+    """Per point: every other point counted at its plateau value (no distance needed)."""
+    inside, outside = potential.plateaus(dtype, point_labels.device)
+    class_sizes = torch.bincount(point_labels, minlength=num_classes)[point_labels]
+    same = (class_sizes - 1).to(dtype)
+    return inside * same + outside * (len(point_labels) - 1 - same)
+
+
+def intra_class_energies(proxies, potential):
+    """(C, M) for proxies (C, M, D): for each proxy, the sum over the other proxies of its class
+    of attraction - plateau, from the class's Gram matrix (the attraction is flat near 0, so the
+    rounding of |a|^2 + |b|^2 - 2 a.b does not matter there; the diagonal is on the plateau and
+    adds exactly 0)."""
+    inside = potential.plateaus(proxies.dtype, proxies.device)[0]
+    sq = class_sq_distances(proxies)[0]
+    return (potential.attraction(sq) - inside).sum(dim=2)
+
+
+def pair_energies(points, pairs, same, potential, chunk_entries):
+    """Per point: the sum over the given pairs containing it of phi - plateau, each unordered
+    pair added to both of its points (two ordered terms of U). In blocks, recomputed in the
+    backward pass when there are several, so memory is bounded."""
+    energies = points.new_zeros(len(points))
+    step = max(1, chunk_entries // points.shape[1])
+    use_checkpoint = torch.is_grad_enabled() and points.requires_grad and pairs.shape[1] > step
+    for start in range(0, pairs.shape[1], step):
+        block, block_same = pairs[:, start : start + step], same[start : start + step]
+        if use_checkpoint:
+            terms = checkpoint(block_energies, points, block, block_same, potential, use_reentrant=False)
+        else:
+            terms = block_energies(points, block, block_same, potential)
+        energies = energies.index_add(0, block[0], terms).index_add(0, block[1], terms)
+    return energies
+
+
+def block_energies(points, pairs, same, potential):
+    """phi - plateau of each of the (2, K) ``pairs``, from their coordinate differences."""
+    return potential.off_plateau(pair_sq_distances(points, pairs), same)

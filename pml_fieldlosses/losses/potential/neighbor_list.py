@@ -1,0 +1,391 @@
+"""Verlet neighbour list: the pairs of moving points that may be within a cutoff, kept exact
+while the points move, as in molecular dynamics. See docs/derivations.md, "The pair search and
+the neighbour list's certificates"."""
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from .distances import (
+    full_precision_matmul,
+    pair_sq_distances_in_blocks,
+    row_blocks,
+    squared_distance_slack,
+)
+from .pair_search import PairSearch, dense_sweep
+
+
+@dataclass
+class Motion:
+    """How the points have moved since the list was made for its settings (kept across builds)."""
+
+    previous: torch.Tensor  # (n, D) the positions at the previous update
+    odometer: torch.Tensor  # (n,) float64: the sum of each point's displacements between updates
+    # the 90th percentile of the last update's displacements; None before any was measured
+    speed: Optional[float] = None
+
+
+@dataclass
+class ListState:
+    """A list and its certificates: made by a build, edited by re-anchoring."""
+
+    # what it was made for: a change of any of them (or of the points' shape, dtype or device) builds
+    group_size: int
+    cutoff: float
+    max_skin: float
+    # radius = cutoff + skin
+    skin: float
+    reference: torch.Tensor  # (n, D) each point's position when its pairs were last searched
+    # (n,) a lower bound of the reference distance to every point of another group not listed with it
+    clearance: torch.Tensor
+    # False: no list was kept (too dense for the points' motion); every update is a dense step
+    kept: bool
+    pairs: torch.Tensor  # (2, K) the pairs (i < j) within the radius by reference positions
+    separation: torch.Tensor  # (K,) lower bounds of their reference distances
+    # (K,) float64: the distance at the last evaluation + both odometers then (-inf: not evaluated yet)
+    bound: torch.Tensor
+
+
+@dataclass
+class SearchResult:
+    """What one search of the reference positions found."""
+
+    # False: its radius shrank below the smallest skin worth keeping (the list is given up)
+    kept: bool
+    pairs: torch.Tensor  # (2, K) the pairs within the radius (none if not kept)
+    separation: torch.Tensor  # (K,) lower bounds of their reference distances
+    close: torch.Tensor  # (2, K') the pairs within the cutoff read off the products (builds only)
+
+
+def tolerance(points):
+    """Relative rounding margin of norms and distances computed in the points' dtype (a sum of D
+    products errs by at most about D eps); the certificates must exceed the cutoff by this much
+    (see docs/derivations.md, "The pair search and the neighbour list's certificates", Rounding
+    margins)."""
+    return max(1e-4, 4 * (points.shape[1] + 2) * torch.finfo(points.dtype).eps)
+
+
+class NeighborList(PairSearch):
+    """A Verlet list of the pairs of points of different groups closer than ``cutoff + skin``,
+    with certificates that prove every other pair out of the cutoff while the points move; an
+    update costs at most about one or two dense searches, usually a small fraction of one.
+
+    * Each point has a reference position and a clearance (``ListState``); an unlisted pair is
+      out of the cutoff while each of its points passes a displacement test against its
+      allowance clearance - cutoff (``_beyond_allowance``); points that fail are re-anchored:
+      searched again against every point (``_reanchor``).
+    * A listed pair is out of the cutoff while its separation or its odometer bound says so
+      (``_may_be_close``); only the others are evaluated from their coordinates.
+    * A list holds at most ``max_pairs`` = n (n - 1) / 2 / pair_cost pairs (``pair_cost``
+      matrix-product entries: the cost of evaluating one pair from its coordinates, None:
+      ``default_pair_cost(D)``); a build whose list would hold more shrinks its radius as it
+      goes (``_shrink``). An update that would re-anchor more than ``max_reanchored`` of the
+      points, or whose list outgrows ``max_pairs``, builds instead.
+    * The skin is adaptive (``adaptive_skin``): ``skin`` is the largest; a build starts from the
+      skin the points' speed calls for (``choose_skin``), and a list whose skin ends below
+      ``smallest_skin`` is not kept: every update is then a dense step (one search at the
+      cutoff, whose pair counts by distance say when a list would pay again).
+
+    The skin changes only the work, never the result. Every test keeps a margin for rounding,
+    so every pair whose distance computed from coordinates is below the cutoff is returned.
+    The first call, or any change of the number of points, group size, dtype, device, cutoff
+    or largest skin, builds; so does the call after an update that raised (an out-of-memory
+    error, say: the state is reset). The list is a cache: displacements are measured against
+    the stored references on every call, so in-place changes of the points between calls
+    (optimiser steps, ``load_state_dict``) are always noticed; it holds no learnable state.
+    """
+
+    # the adaptive skin lets a point at the typical speed go about this many updates
+    target_steps = 8
+    # a list is kept only if its skin lets a point at the typical speed go this many updates
+    min_steps = 2
+    # an update that would re-anchor more than this fraction of the points builds instead
+    max_reanchored = 0.5
+    # resolution of the pair counts by distance in dense steps
+    skin_bins = 64
+
+    def __init__(self, chunk_entries=2**22, pair_cost=None, adaptive_skin=True):
+        super().__init__(chunk_entries)
+        self.pair_cost = pair_cost  # None: default_pair_cost(dimension)
+        self.adaptive_skin = adaptive_skin
+        self.reset()
+
+    @staticmethod
+    def default_pair_cost(dim):
+        """Gathering two rows and reducing their difference costs about this many
+        matrix-product entries (measured on CPU: ~13 at D = 64, ~90 at D = 512, with the
+        nonzero() of the blocked search included)."""
+        return 8 + dim / 8
+
+    def reset(self):
+        """Forget the list: the next update builds."""
+        self.state: Optional[ListState] = None
+        self.motion: Optional[Motion] = None
+
+    def max_pairs(self, points):
+        """The most pairs a kept list may hold."""
+        n = len(points)
+        pair_cost = self.pair_cost if self.pair_cost is not None else self.default_pair_cost(points.shape[1])
+        return int(n * (n - 1) / 2 / max(pair_cost, 1.0))
+
+    def choose_skin(self, max_skin):
+        """The skin a build starts from: 2 target_steps speed, within [max_skin / 16, max_skin] (see
+        docs/derivations.md, "The pair search and the neighbour list's certificates", The
+        adaptive skin)."""
+        if not self.adaptive_skin or self.motion.speed is None:
+            return max_skin
+        return min(max_skin, max(max_skin / 16, 2 * self.target_steps * self.motion.speed))
+
+    def smallest_skin(self):
+        """The smallest skin worth keeping a list for: a point at the observed speed stays
+        within its allowance for ``min_steps`` updates."""
+        if not self.adaptive_skin or self.motion.speed is None:
+            return 0.0
+        return 2 * self.min_steps * self.motion.speed
+
+    def update(self, points, group_size, cutoff, skin):
+        try:
+            with torch.no_grad(), full_precision_matmul():
+                return self._update(points.detach(), group_size, cutoff, skin)
+        except BaseException:
+            self.reset()  # a half-made state could miss pairs: the next call builds
+            raise
+
+    def _update(self, points, group_size, cutoff, skin):
+        self.stats.start_update()
+        if self._stale(points, group_size, cutoff, skin):
+            odometer = torch.zeros(len(points), dtype=torch.float64, device=points.device)
+            self.motion = Motion(previous=points, odometer=odometer)
+            pairs = self._build(points, group_size, cutoff, skin)
+        else:
+            self._measure_speed(points)
+            pairs = self._follow(points) if self.state.kept else self._dense_step(points)
+        self.motion.previous = points.clone()
+        self.stats.last_returned = pairs.shape[1]
+        return pairs
+
+    def _stale(self, points, group_size, cutoff, skin):
+        state = self.state
+        return (
+            state is None
+            or state.reference.shape != points.shape
+            or state.reference.dtype != points.dtype
+            or state.reference.device != points.device
+            or (state.group_size, state.cutoff, state.max_skin) != (group_size, cutoff, skin)
+        )
+
+    def _measure_speed(self, points):
+        """The 90th percentile of the displacements since the previous update; every point's
+        odometer moves on by its displacement."""
+        motion = self.motion
+        step = torch.linalg.vector_norm(points - motion.previous, dim=1)
+        motion.speed = step.kthvalue(max(1, (9 * len(step) + 9) // 10)).values.item()
+        # not in place: the state may have been made under torch.inference_mode()
+        motion.odometer = motion.odometer + step.double() * (1 + tolerance(points))
+
+    def _build(self, points, group_size, cutoff, max_skin, fitting_skin=math.inf):
+        """A search of all pairs, from the current positions; its radius starts at cutoff + the
+        skin chosen for the observed speed, at most ``fitting_skin``. Returns the pairs within
+        the cutoff."""
+        self.state = state = ListState(
+            group_size=group_size,
+            cutoff=cutoff,
+            max_skin=max_skin,
+            skin=min(self.choose_skin(max_skin), fitting_skin),
+            reference=points.clone(),
+            # before the search: nothing seen, nothing listed
+            clearance=torch.full((len(points),), math.inf, dtype=points.dtype, device=points.device),
+            kept=True,
+            pairs=torch.empty(2, 0, dtype=torch.int64, device=points.device),
+            separation=points.new_empty(0),
+            bound=torch.empty(0, dtype=torch.float64, device=points.device),
+        )
+        everyone = torch.arange(len(points), device=points.device)
+        found = self._search(everyone, everyone.new_empty(0), build=True)
+        state.kept, state.pairs, state.separation = found.kept, found.pairs, found.separation
+        state.bound = torch.full_like(found.separation, -math.inf, dtype=torch.float64)  # not evaluated yet
+        self.stats.num_builds += 1
+        self.stats.num_dense_builds += int(not found.kept)
+        self.stats.last_reanchored = len(points)
+        return self.within_cutoff(points, found.close, cutoff)
+
+    def _follow(self, points):
+        """An update of a kept list: re-anchor the points that fail their displacement test
+        until all pass, then the listed pairs that may be within the cutoff."""
+        state = self.state
+        displacements = torch.linalg.vector_norm(points - state.reference, dim=1)
+        while True:
+            moved = self._beyond_allowance(displacements)
+            if not moved.any():
+                return self._may_be_close(points, displacements)
+            if self.stats.last_reanchored + moved.sum().item() > self.max_reanchored * len(points):
+                return self._build(points, state.group_size, state.cutoff, state.max_skin)
+            self._reanchor(points, moved)
+            if state.pairs.shape[1] > self.max_pairs(points):
+                return self._build(points, state.group_size, state.cutoff, state.max_skin)
+            displacements = displacements.masked_fill(moved, 0.0)
+
+    def _beyond_allowance(self, displacements):
+        """The points to re-anchor: an unlisted pair (i, j) is now at least max(r_i, r_j) - disp_i - disp_j
+        apart, so it is out of the cutoff if either point passes one of two tests with its
+        allowance a_i = r_i - cutoff: disp_i <= a_i / 2 (shared with every other point), or
+        disp_i + the largest displacement of any other point <= a_i (a point may use its whole
+        allowance while the others stay still). Points that pass neither are re-anchored.
+        ``tolerance`` covers the rounding of the displacements and of the distances computed
+        from coordinates. See docs/derivations.md, "The pair search and the neighbour list's
+        certificates", The list, the clearances and the displacement test."""
+        state = self.state
+        margin = tolerance(state.reference)
+        allowance = state.clearance - state.cutoff * (1 + margin)
+        displacements = displacements * (1 + margin)
+        top = displacements.topk(min(2, len(displacements))).values
+        largest_other = torch.full_like(displacements, top[0].item())
+        if len(top) > 1:
+            largest_other[displacements.argmax()] = top[1]
+        return (displacements > allowance / 2) & (displacements + largest_other > allowance)
+
+    def _may_be_close(self, points, displacements):
+        """The listed pairs within the cutoff. A pair whose reference distance is >= separation is now >=
+        separation - disp_i - disp_j apart, and one that was >= d apart at its last evaluation
+        is now >= d - (the path lengths both points moved since) = bound - odometer_i -
+        odometer_j (triangle inequality): a pair for which either is >= the cutoff adds an exact
+        zero. The others are evaluated from their coordinates (in blocks), which renews their
+        bound, and returned if within the cutoff. See docs/derivations.md, "The pair search and
+        the neighbour list's certificates", Listed pairs: separations and odometers."""
+        state, odometer = self.state, self.motion.odometer
+        margin = tolerance(points)
+        reach = state.cutoff * (1 + margin)
+        first, second = state.pairs
+        moved = (displacements[first] + displacements[second]) * (1 + margin)
+        odometers = odometer[first] + odometer[second]
+        unsure = (state.separation - moved < reach) & (state.bound - odometers < reach)
+        candidates = unsure.nonzero().squeeze(1)
+        self.stats.last_evaluated = len(candidates)
+        if not len(candidates):
+            return state.pairs.new_empty(2, 0)
+        sq = pair_sq_distances_in_blocks(points, state.pairs[:, candidates], self.gather_entries)
+        renewed = sq.double().sqrt() * (1 - margin) + odometers[candidates]
+        state.bound = state.bound.index_put((candidates,), renewed)  # not in place (inference mode)
+        return state.pairs[:, candidates[sq < state.cutoff**2 + squared_distance_slack(points)]]
+
+    def _reanchor(self, points, moved):
+        """The ``moved`` points get their current position as reference and are searched again
+        against every point: their pairs are replaced, and every clearance is lowered to the
+        distances seen."""
+        state = self.state
+        anchored = moved.nonzero().squeeze(1)
+        state.reference = torch.where(moved.unsqueeze(1), points, state.reference)
+        state.clearance = state.clearance.masked_fill(moved, math.inf)
+        unmoved = ~(moved[state.pairs[0]] | moved[state.pairs[1]])
+        found = self._search(anchored, (~moved).nonzero().squeeze(1), build=False)
+        state.pairs = torch.cat([state.pairs[:, unmoved], found.pairs], dim=1)
+        state.separation = torch.cat([state.separation[unmoved], found.separation])
+        unevaluated = torch.full_like(found.separation, -math.inf, dtype=torch.float64)
+        state.bound = torch.cat([state.bound[unmoved], unevaluated])
+        self.stats.num_partial_rebuilds += 1
+        self.stats.num_reanchored += len(anchored)
+        self.stats.last_reanchored += len(anchored)
+
+    def _dense_step(self, points):
+        """The pairs within the cutoff of the current positions, by one blocked search; builds (and keeps
+        the list) instead once the largest skin whose pairs fit in a kept list is at least
+        ``smallest_skin`` (the search counts the pairs by distance, between the cutoff and the
+        largest radius, in ``skin_bins`` bins). See docs/derivations.md, "The pair search and
+        the neighbour list's certificates", Dense steps and their histogram."""
+        state = self.state
+        # radii from the cutoff to the largest radius in skin_bins equal steps
+        steps = torch.arange(self.skin_bins + 1, dtype=torch.float64)
+        radii = state.cutoff + state.max_skin * steps / self.skin_bins
+        sweep = dense_sweep(points, state.group_size, state.cutoff, radii, self.chunk_entries)
+        self.stats.last_searched += sweep.searched
+        self.stats.num_dense_steps += 1
+        fits = torch.cumsum(sweep.counts, 0) <= self.max_pairs(points)
+        largest = radii[1:][fits.cpu()].max().item() - state.cutoff if fits.any() else 0.0
+        if largest > 0 and min(largest, self.choose_skin(state.max_skin)) >= self.smallest_skin():
+            # from a skin whose pairs fit: the build need not shrink below smallest_skin
+            return self._build(points, state.group_size, state.cutoff, state.max_skin, largest)
+        return self.within_cutoff(points, sweep.pairs, state.cutoff)
+
+    def _search(self, rows, others, build):
+        """The pairs within the radius (by reference positions) with at least one point in
+        ``rows``: each row against the later rows and all ``others`` (together: every point).
+        Lowers the clearances of all points to the distances seen. A build (``build``) also
+        reads off the pairs within the cutoff, and shrinks a radius that would hold more than
+        ``max_pairs`` pairs on the way (``_shrink``), giving the list up if its skin falls
+        below ``smallest_skin`` (or 1e-6 of the cutoff)."""
+        state = self.state
+        order = torch.cat([rows, others])
+        position = torch.empty_like(order)
+        position[order] = torch.arange(len(order), device=order.device)
+        ref = state.reference[order]
+        groups = order // state.group_size
+        slack = squared_distance_slack(ref)
+        threshold = (state.cutoff + state.skin) ** 2 + slack
+        close_threshold = state.cutoff**2 + slack
+        max_pairs = self.max_pairs(ref)
+        # the other members of each row's group, as positions in the order
+        offsets = torch.arange(state.group_size, device=order.device)
+        siblings = position[(groups * state.group_size).unsqueeze(1) + offsets]
+        nearest = torch.full((len(order),), math.inf, dtype=ref.dtype, device=ref.device)
+        kept, found, found_sq, close = True, [], [], []
+        for start, sq in row_blocks(ref, len(rows), self.chunk_entries):
+            stop = start + len(sq)
+            self.stats.last_searched += sq.numel()
+            row, col = (sq < threshold).nonzero().unbind(1)
+            keep = (col > row) & (groups[row + start] != groups[col + start])
+            if kept:
+                found.append(torch.stack([row[keep], col[keep]]) + start)
+                found_sq.append(sq[row[keep], col[keep]])
+            if build:
+                near = keep & (sq[row, col] < close_threshold)
+                close.append(torch.stack([row[near], col[near]]) + start)
+            # clearances: the nearest point of another group that is not listed
+            sq[row, col] = math.inf
+            sibling_rows, sibling_cols = _nonnegative_entries(siblings[start:stop] - start)
+            sq[sibling_rows, sibling_cols] = math.inf
+            nearest[start:stop] = torch.minimum(nearest[start:stop], sq.amin(dim=1))
+            nearest[start:] = torch.minimum(nearest[start:], sq.amin(dim=0))
+            if build and kept and sum(map(len, found_sq)) > max_pairs:
+                kept, found, found_sq, threshold = self._shrink(
+                    found, found_sq, nearest, max_pairs // 2, slack
+                )
+            if not kept:
+                # no list: only the pairs within the cutoff are extracted from now on
+                threshold = close_threshold
+        lower_bound = (nearest - slack).clamp(min=0).sqrt()
+        state.clearance[order] = torch.minimum(state.clearance[order], lower_bound)
+        separation = (torch.cat(found_sq) - slack).clamp(min=0).sqrt() if found_sq else ref.new_empty(0)
+        return SearchResult(kept, _ordered(order, found), separation, _ordered(order, close))
+
+    def _shrink(self, found, found_sq, nearest, keep, slack):
+        """The pairs found so far, cut to the ``keep`` closest ones: the radius (and the state's skin)
+        shrink to the distance of the first dropped pair, and the dropped pairs' points lower
+        their ``nearest`` (unlisted) distances. Returns whether the list is kept (not if the
+        skin fell below ``smallest_skin`` or 1e-6 of the cutoff), the kept pairs and squared
+        distances, and the new squared threshold. See docs/derivations.md, "The pair search and
+        the neighbour list's certificates", How big a list may be, and the shrinking radius."""
+        state = self.state
+        pairs, sq = torch.cat(found, dim=1), torch.cat(found_sq)
+        threshold = sq.kthvalue(keep + 1).values.item() if keep < len(sq) else sq.max().item()
+        dropped = sq >= threshold
+        for ends in pairs[:, dropped]:
+            nearest.scatter_reduce_(0, ends, sq[dropped], "amin")
+        state.skin = max(threshold - slack, 0.0) ** 0.5 - state.cutoff
+        if state.skin < max(self.smallest_skin(), 1e-6 * state.cutoff):
+            return False, [], [], threshold
+        return True, [pairs[:, ~dropped]], [sq[~dropped]], threshold
+
+
+def _ordered(order, found):
+    """Local pair positions (a list of (2, K) blocks) -> (2, K) point indices with i < j."""
+    pairs = order[torch.cat(found, dim=1)] if found else order.new_empty(2, 0)
+    return torch.stack([pairs.min(dim=0).values, pairs.max(dim=0).values])
+
+
+def _nonnegative_entries(columns):
+    """(row, column) indices of the non-negative entries of ``columns``."""
+    rows = torch.arange(len(columns), device=columns.device).unsqueeze(1).expand_as(columns)
+    valid = columns >= 0
+    return rows[valid], columns[valid]

@@ -1,0 +1,118 @@
+"""The search for the pairs of proxies of different classes that may be within the repulsion
+radius: one interface (PairSearch), two implementations: DenseSearch (here: every update
+searches all pairs) and NeighborList (neighbor_list.py: a Verlet list that is exact at a
+fraction of that cost). See docs/derivations.md, "The pair search and the neighbour list's
+certificates"."""
+
+from dataclasses import dataclass
+
+import torch
+
+from .distances import full_precision_matmul, pair_sq_distances_in_blocks, row_blocks, squared_distance_slack
+
+
+@dataclass
+class SearchStats:
+    """Counts of a search's work. The ``last_*`` counts are of the last update (the losses'
+    recordable statistics num_reanchored_proxies, num_searched_proxy_pairs and
+    num_evaluated_proxy_pairs read them); the ``num_*`` counts add up over the search's life."""
+
+    last_reanchored: int = 0  # points searched against all others by the last update (all on a build)
+    last_searched: int = 0  # distance entries computed by matrix products in the last update
+    last_evaluated: int = 0  # pairs evaluated from coordinates by the last update
+    last_returned: int = 0  # pairs returned by the last update
+    num_builds: int = 0  # full searches of a neighbour list
+    num_dense_builds: int = 0  # full searches whose list was not kept
+    num_dense_steps: int = 0  # updates without a kept list: one search at the cutoff
+    num_partial_rebuilds: int = 0  # searches for a subset of re-anchored points
+    num_reanchored: int = 0  # points re-anchored by partial rebuilds, in total
+
+    def start_update(self):
+        self.last_reanchored = self.last_searched = self.last_evaluated = 0
+
+
+class PairSearch:
+    """The unordered pairs (i < j) of points of different groups that may be closer than a
+    cutoff. Points come in groups of ``group_size`` consecutive points (point i is in group
+    i // group_size: the proxies of one class); pairs within a group are never returned.
+
+    Distances are computed as matrix products in blocks of at most ``chunk_entries`` entries
+    (bounded memory), float32 products in full precision, with a margin for rounding; the
+    pairs so found are then evaluated from their coordinates in blocks of ``gather_entries``
+    gathered coordinates. ``stats`` counts the work.
+    """
+
+    # gathered coordinates per block when pairs are evaluated from their coordinates
+    gather_entries = 2**17
+
+    def __init__(self, chunk_entries=2**22):
+        self.chunk_entries = chunk_entries
+        self.stats = SearchStats()
+
+    def update(self, points, group_size, cutoff, skin):
+        """Returns a (2, K) int64 tensor of pairs (i < j) of points of different groups that
+        contains every such pair whose distance computed from coordinates is below ``cutoff``.
+        ``skin``: how far beyond the cutoff a search that keeps state may look."""
+        raise NotImplementedError
+
+    def within_cutoff(self, points, pairs, cutoff):
+        """The ``pairs`` read off a search's products (with a margin) that are within the cutoff
+        by their coordinates (with the same margin); they count as evaluated."""
+        self.stats.last_evaluated = pairs.shape[1]
+        sq = pair_sq_distances_in_blocks(points, pairs, self.gather_entries)
+        return pairs[:, sq < cutoff**2 + squared_distance_slack(points)]
+
+
+class DenseSearch(PairSearch):
+    """Every update is one blocked search of all n (n - 1) / 2 pairs at the cutoff (the dense
+    computation's cost): no state, ``skin`` unused. The baseline of NeighborList, which does
+    the same in its dense steps."""
+
+    def update(self, points, group_size, cutoff, skin=0.0):
+        with torch.no_grad(), full_precision_matmul():
+            points = points.detach()
+            self.stats.start_update()
+            no_bins = torch.tensor([cutoff], dtype=torch.float64)
+            sweep = dense_sweep(points, group_size, cutoff, no_bins, self.chunk_entries)
+            self.stats.last_searched = sweep.searched
+            self.stats.num_dense_steps += 1
+            pairs = self.within_cutoff(points, sweep.pairs, cutoff)
+            self.stats.last_returned = pairs.shape[1]
+            return pairs
+
+
+@dataclass
+class Sweep:
+    """What dense_sweep found."""
+
+    pairs: torch.Tensor  # (2, K) the pairs within the cutoff by the products (a superset: with the margin)
+    searched: int  # entries computed
+    counts: torch.Tensor  # float64, the pairs counted by distance between consecutive radii
+
+
+def dense_sweep(points, group_size, cutoff, radii, chunk_entries):
+    """One blocked search of all pairs (i < j) of points of different groups at ``cutoff``, with
+    the rounding margin. From the same products, counts all pairs (i < j) by distance between
+    consecutive ``radii`` (float64, increasing from radii[0] = cutoff; len(radii) - 1 bins:
+    pairs within the cutoff count in the first bin, pairs within a group count too, so the
+    counts are upper bounds); one radius: no counts."""
+    n = len(points)
+    groups = torch.arange(n, device=points.device) // group_size
+    slack = squared_distance_slack(points)
+    close_threshold = cutoff**2 + slack
+    edges = (radii**2 + slack).tolist()
+    bins = len(edges) - 1
+    counts = torch.zeros(bins, dtype=torch.float64, device=points.device)
+    close, searched = [], 0
+    for start, sq in row_blocks(points, n, chunk_entries):
+        searched += sq.numel()
+        # the upper triangle: row start + r against column start + c with c > r
+        upper = torch.ones_like(sq, dtype=torch.bool).triu(diagonal=1)
+        row, col = ((sq < close_threshold) & upper).nonzero().unbind(1)
+        keep = groups[row + start] != groups[col + start]
+        close.append(torch.stack([row[keep], col[keep]]) + start)
+        if bins:
+            # the pairs within the cutoff count in the first bin
+            sq = sq.masked_fill(~upper, float("inf")).clamp(min=edges[0])
+            counts += torch.histc(sq, bins, edges[0], edges[-1])
+    return Sweep(torch.cat(close, dim=1), searched, counts)
