@@ -1,6 +1,6 @@
 """Step time of PotentialFieldLoss / ContrastivePotentialLoss next to PML's
 ProxyAnchorLoss along real training trajectories, in which the proxies
-contract (issue 16): at the start, middle and end of a run, for several numbers
+contract (as on real data, docs/losses.md): at the start, middle and end of a run, for several numbers
 of classes (M = 2 proxies per class).
 
     python benchmarks/bench_potential_training.py                       # N = 400, 2000 (~6 min on 2 cores)
@@ -9,8 +9,8 @@ of classes (M = 2 proxies per class).
 
 Every step is an ordinary training step: nothing moves the proxies but the
 loss's own optimiser, from their random start until they have contracted
-(their median pairwise distance falls from 1.41 to 0.6-0.8, as in issue 16's
-real run). Data (self-contained, fixed): features = a common mean + a class
+(their median pairwise distance falls from 1.41 to 0.6-0.8, as in the
+real glyph run of docs/losses.md). Data (self-contained, fixed): features = a common mean + a class
 centre in a low-dimensional subspace (rank 16) + noise, as real (post-ReLU)
 features are, through a linear trunk, so the embeddings fill a small cone of
 the sphere. ``--data hard`` (default): classes overlap (centres 1/8 apart,

@@ -1,7 +1,7 @@
 """The trained state of a potential-field loss from a real bench run, stored as
 test data: the proxies of the run's best epoch and real training embeddings
 through that epoch's embedder. tests/test_potential_real_state.py replays
-training steps from it (issue 16: real proxies contract until most of their
+training steps from it (real proxies contract until most of their
 pairs lie just outside the repulsion radius).
 
     python benchmarks/make_glyph_folder.py --out /work/data/glyphs
@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from pml_fieldlosses.app import catalog
-from pml_fieldlosses.app.bench import BenchConfig, prepare
+from pml_fieldlosses.app.bench.pipeline import prepare
+from pml_fieldlosses.app.bench.protocol import BenchConfig
 
 
 def best_model(models, part):

@@ -144,7 +144,7 @@ def test_bad_hyperparameters_raise_at_construction(kwargs, message):
 )
 @pytest.mark.parametrize("argument", ["delta", "repulsion_delta"])
 def test_every_numeric_hyperparameter_refused_by_name_or_finite(argument, value):
-    """Issue 12 item 4: NaN, inf, non-positive and overflowing radii (delta^2
+    """NaN, inf, non-positive and overflowing radii (delta^2
     beyond float32's range) are refused by name; accepted ones give finite
     losses and gradients in float16 (computed in float32), float32, float64."""
     try:

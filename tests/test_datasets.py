@@ -7,15 +7,26 @@ import os
 import stat
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from pml_fieldlosses.app.datasets import ImageSet, IntegrityError, NpmPackage, UnsafeArchiveError, load_emoji, load_image_folder, safe_extract, sha512_integrity
+from pml_fieldlosses.app.datasets import (
+    ImageSet,
+    IntegrityError,
+    NpmPackage,
+    UnsafeArchiveError,
+    load_emoji,
+    load_image_folder,
+    safe_extract,
+    sha512_integrity,
+)
 from pml_fieldlosses.app.datasets import emoji as emoji_module
-from pml_fieldlosses.app.datasets.npm import npm_pack
+from pml_fieldlosses.app.datasets.builder import fetch_package, load_or_build
+from pml_fieldlosses.app.datasets.npm import npm_pack, sha256_file
 
 FAKE_NPM = """#!{python}
 import json, shutil, sys
@@ -145,7 +156,8 @@ def install_fake_npm(folder, packages, tamper=None):
         integrity = p.integrity
         registry[p.spec] = {
             "tarball": str(folder / f"{p.name}-0.0.1.tgz"),
-            "filename": f"{p.name}-0.0.1.tgz",
+            # npm's name for a scoped package's tarball: @scope/name -> scope-name-<version>.tgz
+            "filename": f"{p.name.lstrip('@').replace('/', '-')}-0.0.1.tgz",
             "reported": integrity,
             "registry": "sha512-AAAA" if tamper == p.name else integrity,
         }
@@ -365,25 +377,136 @@ def test_cache_dir_override(tmp_path, monkeypatch):
     assert Path(cache_dir()).is_dir()
 
 
-@pytest.mark.parametrize("damage", ["truncated", "empty", "wrong-keys"])
-def test_a_bad_build_record_is_named_with_the_command_that_clears_it(registry, tmp_path, damage):
+def toy_set(seed=0):
+    images = np.random.default_rng(seed).integers(0, 255, (8, 4, 4, 3))
+    return ImageSet(images, np.arange(8) % 4, list("abcd"), ["s"] * 8, 2, "toy")
+
+
+def counting_build(log, seed=0, pause=0.0):
+    """A build for ``load_or_build`` that notes each run in ``log``."""
+
+    def build():
+        with open(log, "a") as f:
+            f.write("built\n")
+        time.sleep(pause)
+        return toy_set(seed), {"note": "toy"}
+
+    return build
+
+
+def test_builder_caches_by_key_and_writes_a_record(tmp_path):
+    log = tmp_path / "log"
+    data = load_or_build(tmp_path / "c", "toy", {"size": 4}, counting_build(log))
+    again = load_or_build(tmp_path / "c", "toy", {"size": 4}, counting_build(log))
+    assert again.fingerprint() == data.fingerprint() and log.read_text().count("built") == 1
+    record = json.loads((tmp_path / "c" / "toy.json").read_text())
+    assert record["key"] == {"size": 4} and record["note"] == "toy"
+    assert (record["num_images"], record["num_classes"], record["num_train_classes"]) == (8, 4, 2)
+    assert record["arrays_sha256"] == sha256_file(tmp_path / "c" / "toy.npz")
+    other = load_or_build(tmp_path / "c", "toy", {"size": 5}, counting_build(log, seed=1))  # another key
+    assert other.fingerprint() != data.fingerprint() and log.read_text().count("built") == 2
+    load_or_build(tmp_path / "c", "toy", {"size": 5}, counting_build(log, seed=1), rebuild=True)
+    assert log.read_text().count("built") == 3
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "wrong-keys", "a-list", "not-a-sha256", "not-text"])
+def test_a_bad_build_record_is_named_and_the_entry_rebuilt(tmp_path, damage):
+    log = tmp_path / "log"
+    data = load_or_build(tmp_path, "toy", {"size": 4}, counting_build(log))
+    record = tmp_path / "toy.json"
+    text = record.read_text()
+    bad = {
+        "truncated": text[: len(text) // 2],
+        "empty": "",
+        "wrong-keys": '{"a": 1}',
+        "a-list": "[1, 2]",
+        "not-a-sha256": text.replace(json.loads(text)["arrays_sha256"], "x"),
+        "not-text": "\udcff",
+    }[damage]
+    record.write_bytes(bad.encode("utf-8", "surrogateescape"))
+    with pytest.warns(UserWarning, match=f"{record} is not a build record"):
+        again = load_or_build(tmp_path, "toy", {"size": 4}, counting_build(log))
+    assert again.fingerprint() == data.fingerprint() and log.read_text().count("built") == 2
+    assert json.loads(record.read_text())["arrays_sha256"] == sha256_file(tmp_path / "toy.npz")
+
+
+@pytest.mark.parametrize("leftover", ["arrays-only", "record-only", "part-files"])
+def test_a_half_written_entry_is_rebuilt(tmp_path, leftover):
+    """A build stopped half way (the arrays saved, the record not yet; or the other way
+    round; or only .part files) leaves no entry that is read as complete."""
+    log = tmp_path / "log"
+    load_or_build(tmp_path, "toy", {"size": 4}, counting_build(log))
+    arrays, record = tmp_path / "toy.npz", tmp_path / "toy.json"
+    if leftover == "arrays-only":
+        record.unlink()
+    elif leftover == "record-only":
+        arrays.unlink()
+    else:
+        arrays.rename(tmp_path / "toy.npz.part")
+        record.rename(tmp_path / "toy.json.part")
+    data = load_or_build(tmp_path, "toy", {"size": 4}, counting_build(log, seed=2))
+    assert log.read_text().count("built") == 2 and data.fingerprint() == toy_set(2).fingerprint()
+    assert (
+        load_or_build(tmp_path, "toy", {"size": 4}, counting_build(log)).fingerprint() == data.fingerprint()
+    )
+    assert log.read_text().count("built") == 2
+
+
+def test_a_failed_build_leaves_the_entry_unbuilt(tmp_path):
+    def broken():
+        raise RuntimeError("npm failed")
+
+    with pytest.raises(RuntimeError, match="npm failed"):
+        load_or_build(tmp_path, "toy", {"size": 4}, broken)
+    assert not (tmp_path / "toy.json").exists()
+    load_or_build(tmp_path, "toy", {"size": 4}, counting_build(tmp_path / "log"))
+
+
+def test_arrays_that_differ_from_their_record_are_refused(tmp_path):
+    load_or_build(tmp_path, "toy", {"size": 4}, counting_build(tmp_path / "log"))
+    arrays = tmp_path / "toy.npz"
+    with open(arrays, "ab") as f:
+        f.write(b"x")
+    with pytest.raises(IntegrityError, match=f"{arrays} does not match its recorded sha256.*rm '"):
+        load_or_build(tmp_path, "toy", {"size": 4}, counting_build(tmp_path / "log"))
+
+
+def _build_in_process(args):
+    root, log = args
+    return load_or_build(root, "toy", {"size": 4}, counting_build(log, pause=0.5)).fingerprint()
+
+
+def test_builders_sharing_a_cache_build_once(tmp_path):
+    """Processes that load one entry at once: one builds it under the lock, the others
+    wait and read it whole."""
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(3) as pool:
+        prints = pool.map(_build_in_process, [(tmp_path / "c", tmp_path / "log")] * 3)
+    assert prints == [toy_set().fingerprint()] * 3
+    assert (tmp_path / "log").read_text().count("built") == 1
+
+
+def test_an_unreadable_package_manifest_is_named_and_fetched_again(registry, tmp_path):
     folder, packages = registry
     npm = install_fake_npm(folder, packages)
-    cache = tmp_path / "cache"
-    load_emoji(16, cache=cache, npm=npm, packages=packages, workers=1)
-    record = next((cache / "emoji").glob("*.json"))
-    text = record.read_text()
-    record.write_text({"truncated": text[: len(text) // 2], "empty": "", "wrong-keys": '{"a": 1}'}[damage])
-    with pytest.raises(IntegrityError, match=f"{record} is not a build record.*rm '"):
-        load_emoji(16, cache=cache, npm=npm, packages=packages)
+    package = packages["emoji-datasource"]
+    target, files = fetch_package(package, tmp_path, npm=npm)
+    (target / "manifest.json").write_text('{"integrity": ')
+    with pytest.warns(UserWarning, match=f"{target / 'manifest.json'} is not a build record"):
+        again, files_again = fetch_package(package, tmp_path, npm=npm)
+    assert again == target and files_again == files
+    packs = [line for line in (folder / "calls.log").read_text().splitlines() if line.startswith("pack")]
+    assert len(packs) == 2
 
 
 def test_built_in_data_sets_are_one_registry_entry_each(tmp_path, monkeypatch):
     from pml_fieldlosses.app import datasets
     from pml_fieldlosses.app.bench import BenchConfig
 
-    assert {"emoji", "icons"} <= set(datasets.DATASETS)
-    assert {"google", "lucide"} <= set(datasets.SOURCE_LICENSES)  # the report names every image licence
+    assert {"emoji", "icons", "glyphs"} <= set(datasets.DATASETS)
+    # the report names every image licence
+    assert {"google", "lucide", "roboto-normal", "roboto-italic"} <= set(datasets.SOURCE_LICENSES)
     root = tmp_path / "images"
     write_folder(root, [2] * 8)
     assert datasets.load_dataset(str(root), 12).num_classes == 8  # not a name: a folder
@@ -416,7 +539,6 @@ def test_processes_sharing_a_cache_build_it_once_and_read_it_whole(registry, tmp
     assert all(result == loaded[0] for result in loaded)
     packs = [line for line in (folder / "calls.log").read_text().splitlines() if line.startswith("pack")]
     assert len(packs) == len(packages)  # every package fetched once, by one process
-
 
 
 def test_waiting_for_another_process_build_is_said(tmp_path, capfd):

@@ -267,7 +267,7 @@ EXTREMES = [float("nan"), float("inf"), float("-inf"), 0.0, -1.0, 1e-45, 1e-30, 
 @pytest.mark.parametrize("value", EXTREMES, ids=str)
 @pytest.mark.parametrize("argument", NUMERIC_HYPERPARAMETERS)
 def test_every_numeric_hyperparameter_refused_by_name_or_finite(argument, value):
-    """Issue 12 item 4, the whole class: NaN, inf, negative, zero and
+    """The whole class of bad values: NaN, inf, negative, zero and
     overflowing values of every numeric hyperparameter are refused at
     construction by a ValueError naming the argument; what is accepted gives
     a finite loss and gradients in float16 (computed in float32), float32 and

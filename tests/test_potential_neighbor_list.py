@@ -2,7 +2,7 @@
 path of the losses against their dense path (all pairs, ``dense=True``) at
 every step of training runs with moving proxies, forced and avoided rebuilds,
 the list as a cache (in-place changes, dtype changes, state_dict, no-grad
-calls), and the work per step when the proxies cluster (issue 16)."""
+calls), and the work per step when the proxies cluster as in real training."""
 
 import copy
 
@@ -328,7 +328,7 @@ def contracting_run(loss_fn, steps, generator):
     """Adam on the proxies with the loss plus a pull of the raw proxies towards
     one point, and the embeddings near that point (features that cluster):
     the proxies contract until most pairs are within the list radius
-    (cutoff + skin), as in real training (issue 16). Checks loss and gradients
+    (cutoff + skin), as in real training. Checks loss and gradients
     against the loss's dense path at every step; returns for each step the work,
     the entries searched, the pairs evaluated and the pairs within the cutoff
     (which any exact method evaluates), and the fraction of proxy pairs within the radius after the last step."""
@@ -363,10 +363,10 @@ def contracting_run(loss_fn, steps, generator):
 
 @pytest.mark.parametrize("name", LOSS_KWARGS)
 def test_contracted_proxies_cost_at_most_about_the_dense_computation(name):
-    """Issue 16: proxies driven into a cluster where over 90% of their pairs
+    """Proxies driven into a cluster where over 90% of their pairs
     are within the list radius. Counted, not timed: each step searches at most
-    3x the dense computation's n^2 entries (the (N M)^2 block of LOSSES.md
-    6.7) and evaluates from coordinates at most the pairs a sparse list may
+    3x the dense computation's n^2 entries (the (N M)^2 block of docs/derivations.md,
+    'The cost of an update') and evaluates from coordinates at most the pairs a sparse list may
     hold or the pairs within the cutoff (which interact); for PFML, whose
     repulsion keeps the pairs out of the cutoff, the weighted work stays within
     3 n^2. Values and gradients equal the dense reference at every step."""
@@ -387,8 +387,8 @@ def test_contracted_proxies_cost_at_most_about_the_dense_computation(name):
 
 def test_a_kept_dense_list_exceeds_the_work_bound(monkeypatch):
     """The bounds above can fail: a list kept however dense, with a fixed skin,
-    whose every listed pair is evaluated from its coordinates (the behaviour
-    before issue 16: no separation filter)."""
+    whose every listed pair is evaluated from its coordinates (the list
+    without its separation filter)."""
 
     def every_listed_pair(self, points, displacements):
         self.stats.last_evaluated = self.state.pairs.shape[1]
@@ -449,7 +449,7 @@ def shell(n, dim, median, generator):
 
 
 def contracted_run(loss_fn, speed, steps, generator, check=True):
-    """Issue 16's measured case: trained proxies at a median pairwise distance
+    """The measured case of a real run: trained proxies at a median pairwise distance
     of ~0.6, none within the repulsion radius 0.4 but all within the largest
     radius 0.8, each moving ``speed`` per step in a random direction. Returns
     the entries searched and the pairs evaluated at each step (compared with

@@ -1,4 +1,4 @@
-"""Issue 16 on real data: the PotentialFieldLoss proxies at the end of a real
+"""The neighbour list on real data: the PotentialFieldLoss proxies at the end of a real
 bench run (``pml-fieldlosses bench`` on a folder of 918 letters drawn by 286
 fonts, benchmarks/make_glyph_folder.py; 367 training classes, 734 proxies,
 D = 128, delta = 0.4) have contracted until nearly all their pairs lie just

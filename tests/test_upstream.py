@@ -62,6 +62,9 @@ def test_kit_writes_one_module_and_one_test_per_loss(checkout):
     for name in LOSSES:
         assert f" {name}" in init
     assert "ClassWiseMultiSimilarityLoss" in (losses_dir / "cross_batch_memory.py").read_text()
+    # every package the new modules sit in is a regular package (a wheel's find_packages needs it)
+    for path in (root / "src").rglob("*.py"):
+        assert (path.parent / "__init__.py").is_file(), path
     assert "torch >= 2.0" in description and "float32 under autocast" in description
 
 

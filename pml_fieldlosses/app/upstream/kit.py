@@ -80,6 +80,8 @@ def apply(checkout, tests_dir=None, docs=None):
 
     for module, text in transformed.items():
         write(sources.target_path(checkout, module), text)
+    for package, text in sources.new_packages(modules, checkout).items():
+        write(sources.target_path(checkout, package).with_suffix("") / "__init__.py", text)
     init = checkout / "src/pytorch_metric_learning/losses/__init__.py"
     write(init, edits.add_exports(init.read_text(), exports))
     extra = our_extra_supported_losses()
@@ -148,8 +150,8 @@ def pr_description(written):
             "largest finite value). PML's own losses instead follow the input dtype; tell us if you "
             "prefer that.",
             "* Helpers: input checks (`utils/checks.py`), grouped log-sum-exp and normalisation helpers "
-            "(`utils/loss_utils.py`), a Verlet neighbour list for the potential losses' proxy pairs "
-            "(`utils/neighbor_list.py`), and `losses/checked_forward_mixin.py` (the checks and the "
+            "(`utils/loss_utils.py`), the potential losses' machinery "
+            "(`losses/potential/`: the energy, the candidate searches, the pair searches and the neighbour list), and `losses/checked_forward_mixin.py` (the checks and the "
             "precision policy above, shared by the five losses).",
             "* Formatting: our line length is 110; run `format_code.sh` (black/isort) before merging.",
         ]

@@ -227,3 +227,21 @@ def exported_classes(module):
         for n in tree.body
         if isinstance(n, ast.ClassDef) and not n.name.startswith("_") and hasattr(ours, n.name)
     ]
+
+
+def new_packages(modules, checkout):
+    """{our package: its ``__init__.py`` as PML's} for each package of ours that ``modules``
+    sit in and the checkout does not have yet (e.g. losses/potential/), so that a wheel of
+    the patched PML (``find_packages``) includes them. Such an ``__init__.py`` may hold a
+    docstring only: the kit's modules import each name from the module that defines it."""
+    packages = {}
+    for module in modules:
+        package = module.rsplit(".", 1)[0]
+        init = PACKAGE_DIR.joinpath(*package.split(".")[1:], "__init__.py")
+        if package in packages or target_path(checkout, package).with_suffix("").joinpath("__init__.py").is_file():
+            continue
+        tree = ast.parse(init.read_text())
+        if any(not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)) for node in tree.body):
+            raise KitError(f"{package}/__init__.py holds more than a docstring: the kit cannot copy it")
+        packages[package] = map_mentions(init.read_text(), f"{package}/__init__.py")
+    return packages
