@@ -7,11 +7,11 @@ import json
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import grimp
 import pytest
+import tomllib
 
 from pml_fieldlosses.app import extras
 from pml_fieldlosses.losses.declarations import DECLARATIONS
@@ -67,8 +67,15 @@ def test_no_import_cycle_between_modules():
 
 def test_the_cycle_finder_finds_cycles():
     graph = grimp.ImportGraph()
-    for importer, imported in [("p.a", "p.b"), ("p.b", "p.c"), ("p.c", "p.a"), ("p.c", "p.d"), ("p.d", "p.e"),
-                               ("p.e", "p.d"), ("p.f", "p.a")]:
+    for importer, imported in [
+        ("p.a", "p.b"),
+        ("p.b", "p.c"),
+        ("p.c", "p.a"),
+        ("p.c", "p.d"),
+        ("p.d", "p.e"),
+        ("p.e", "p.d"),
+        ("p.f", "p.a"),
+    ]:
         graph.add_import(importer=importer, imported=imported)
     assert sorted(import_cycles(graph)) == [["p.a", "p.b", "p.c"], ["p.d", "p.e"]]
 
@@ -97,7 +104,9 @@ def test_every_declared_loss_has_its_test_reference_and_docs():
     heading of docs/ names it (docs/losses.md has a '## ClassName' section for each loss
     the kit contributes, as PML's docs; the kit's own test checks their format)."""
     headings = "\n".join(
-        line for page in sorted((ROOT / "docs").glob("*.md")) for line in page.read_text().splitlines()
+        line
+        for page in sorted((ROOT / "docs").glob("*.md"))
+        for line in page.read_text().splitlines()
         if line.startswith("#")
     )
     for declaration in DECLARATIONS:
@@ -178,12 +187,16 @@ def test_a_loss_declared_once_reaches_every_derived_list(tmp_path):
     and claims' catalog, the upstream kit's loss modules and the tests' tables pick it up
     (in a process of its own, which it leaves changed)."""
     checkout = tmp_path / "pml"
-    for path in ["src/pytorch_metric_learning/losses/__init__.py",
-                 "src/pytorch_metric_learning/losses/cross_batch_memory.py", "tests/__init__.py"]:
+    for path in [
+        "src/pytorch_metric_learning/losses/__init__.py",
+        "src/pytorch_metric_learning/losses/cross_batch_memory.py",
+        "tests/__init__.py",
+    ]:
         (checkout / path).parent.mkdir(parents=True, exist_ok=True)
         (checkout / path).write_text("")
-    result = subprocess.run([sys.executable, "-c", TOY_LOSS, str(checkout)], cwd=ROOT, capture_output=True,
-                            text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", TOY_LOSS, str(checkout)], cwd=ROOT, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])
     assert found.pop("grid") == ["Toy[margin=0.5]", "Toy[margin=0.25]", "Toy[margin=1]"]
@@ -194,7 +207,7 @@ def test_a_loss_declared_once_reaches_every_derived_list(tmp_path):
     assert found == {key: True for key in found} and len(found) == 8, found
 
 
-@pytest.mark.parametrize("declaration", DECLARATIONS, ids=lambda d: d.short_name)
+@pytest.mark.parametrize("declaration", DECLARATIONS, ids=lambda d: d.bench_name)
 def test_declarations_name_real_hyperparameters(declaration):
     """The tuned hyperparameter is one the loss (or its ``make``) takes, and the grid starts
     with the constructor's default where it has one (the published default)."""

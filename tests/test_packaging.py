@@ -97,7 +97,7 @@ def test_guard_message_is_one_line(monkeypatch):
     assert "\n" not in message
     assert 'pip install "pml-fieldlosses[bench,faiss-cpu]"' in message and "cairosvg, faiss" in message
     monkeypatch.setattr(extras.importlib.util, "find_spec", real)
-    extras.require("pml-fieldlosses", ["test"])  # pytest and hypothesis are here
+    extras.require("pml-fieldlosses", ["test"])  # pytest, hypothesis and import-linter are here
 
 
 def test_guard_does_not_hide_our_import_errors(monkeypatch):

@@ -9,7 +9,6 @@ our own code, so a bug of ours still shows its traceback.
 """
 
 import importlib.util
-import sys
 
 # Each extra of pyproject.toml: {distribution: the top-level module it installs}
 # (tests/test_packaging.py checks that these match pyproject.toml).

@@ -55,7 +55,7 @@ class LossEntry:
     def declared(cls, declaration):
         """The entry of one of our losses, from its declaration (pml_fieldlosses.losses.declarations)."""
         return cls(
-            declaration.short_name,
+            declaration.bench_name,
             "ours",
             declaration.loss_class,
             declaration.tuned,

@@ -14,13 +14,13 @@ from typing import Callable, Optional
 
 from pytorch_metric_learning import losses as pml_losses
 
+from ..models.relational_embedder import RelationalEmbedder
 from .class_wise_multi_similarity_loss import ClassWiseMultiSimilarityLoss
 from .contrastive_potential_loss import ContrastivePotentialLoss
 from .mean_field_class_wise_multi_similarity_loss import MeanFieldClassWiseMultiSimilarityLoss
 from .mean_field_contrastive_loss import MeanFieldContrastiveLoss
 from .potential_field_loss import PotentialFieldLoss
 from .relational_loss import RelationalLoss
-from ..models.relational_embedder import RelationalEmbedder
 
 DRML_BRANCHES = 4
 
@@ -29,7 +29,7 @@ DRML_BRANCHES = 4
 class LossDeclaration:
     loss_class: type
     # its name in the bench's, select's and claims' tables and on their command line
-    short_name: str
+    bench_name: str
     # the hyperparameter that sets its margin (radius, temperature), tuned by
     # `pml-fieldlosses select`, and its candidates: the published default first, then the
     # values that halve and double its distance margin
@@ -84,7 +84,10 @@ def drml_pair(base, miner):
 
     def make(num_classes, embedding_size, margin):
         return RelationalLoss(
-            base(margin=margin), num_branches=DRML_BRANCHES, embedding_size=embedding_size, branch_miner=miner()
+            base(margin=margin),
+            num_branches=DRML_BRANCHES,
+            embedding_size=embedding_size,
+            branch_miner=miner(),
         )
 
     return make

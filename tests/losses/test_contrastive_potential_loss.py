@@ -3,7 +3,7 @@ import unittest
 from pml_fieldlosses.losses import ContrastivePotentialLoss
 
 from ..naive_potential import naive_cpml
-from .exactness import C, D, TORCH_VERSION, check_value_and_gradients
+from .exactness import TORCH_VERSION, C, D, check_value_and_gradients
 
 M = 2  # proxies per class
 
@@ -17,7 +17,11 @@ def make_loss():
 class TestContrastivePotentialLoss(unittest.TestCase):
     def test_contrastive_potential(self):
         check_value_and_gradients(
-            self, make_loss, lambda x, y, W: sum(naive_cpml(x, y, W, 0.6, 1.2)), parameter="proxies", shape=(C, M, D)
+            self,
+            make_loss,
+            lambda x, y, W: sum(naive_cpml(x, y, W, 0.6, 1.2)),
+            parameter="proxies",
+            shape=(C, M, D),
         )
 
 

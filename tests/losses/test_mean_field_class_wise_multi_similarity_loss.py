@@ -3,7 +3,7 @@ import unittest
 from pml_fieldlosses.losses import MeanFieldClassWiseMultiSimilarityLoss
 
 from ..naive import mean_field_class_wise_multi_similarity
-from .exactness import C, D, TORCH_VERSION, check_value_and_gradients
+from .exactness import TORCH_VERSION, C, D, check_value_and_gradients
 
 
 def make_loss():

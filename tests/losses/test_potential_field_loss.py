@@ -3,7 +3,7 @@ import unittest
 from pml_fieldlosses.losses import PotentialFieldLoss
 
 from ..naive_potential import naive_pfml
-from .exactness import C, D, TORCH_VERSION, check_value_and_gradients
+from .exactness import TORCH_VERSION, C, D, check_value_and_gradients
 
 
 @unittest.skipIf(TORCH_VERSION < (2, 0), "needs torch >= 2.0 (Tensor.scatter_reduce)")

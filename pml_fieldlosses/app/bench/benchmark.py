@@ -22,7 +22,8 @@ def run_bench(config, file=None):
     part = Part(config)
     print(f"pml-fieldlosses bench -> {part.folder}", file=file)
     prepared = prepare_part(part, file)
-    # the clock starts once the folder's protocol is checked: a folder of other settings is left alone
+    # the wall time is recorded in the folder once its protocol is checked (a folder of other
+    # settings is left alone); it counts from the start of this invocation
     with wall_time(part.folder, start) as clock:
         return write_report(prepared, prepared.run(file), clock, file)
 

@@ -1,6 +1,8 @@
-"""``python -m pml_fieldlosses.app.benchmarker``: the same as ``pml-fieldlosses-pb``. The
-package imports powerful_benchmarker (the ``[pb]`` extra); the console script checks for it first."""
+"""``python -m pml_fieldlosses.app.benchmarker``: the same as ``pml-fieldlosses-pb``, with the same
+one-line message when an extra it needs (faiss) is missing."""
 
+from ..extras import FAISS_EXTRA, require
 from .launcher import main
 
+require("python -m pml_fieldlosses.app.benchmarker", ["pb", FAISS_EXTRA], pb=True)
 main()

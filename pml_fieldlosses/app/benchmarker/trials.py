@@ -10,7 +10,7 @@ Every executor has:
 - ``submit(method, job)``: run ``trial_runner.<method>(job)`` (``run_trial`` or ``reproduce``);
 - ``next_done()``: ``(job, result, seconds)`` of a job that finished, ``seconds`` its
   duration on a worker, None where it ran in this process;
-- ``close()``: end its workers (again: nothing).
+- ``close()``: end its workers; idempotent (nothing to end for SequentialTrials).
 
 ``SequentialTrials`` (``--parallel_trials 1``) runs one job at a time in this process;
 parallel.RayTrials runs K at a time on warm Ray workers.

@@ -53,7 +53,7 @@ def add_supported_losses(cbm_text, names):
     values = sorted(set(values) | set(names))
     head = cbm_text.splitlines()[node.lineno - 1]
     opening = head[: node.col_offset] + "["
-    closing = " " * (indent - 4) + "]" + cbm_text.splitlines()[node.end_lineno - 1][node.end_col_offset:]
+    closing = " " * (indent - 4) + "]" + cbm_text.splitlines()[node.end_lineno - 1][node.end_col_offset :]
     body = [f'{" " * indent}"{v}",\n' for v in values]
     return replace_node_lines(cbm_text, node, [opening + "\n"] + body + [closing + "\n"])
 
@@ -126,13 +126,15 @@ def defaults_from_code(loss_class, make_loss):
 
     loss = make_loss()
     generator = torch.Generator().manual_seed(0)
-    embeddings = torch.randn(8, loss.embedding_size if hasattr(loss, "embedding_size") else 6, generator=generator)
+    embeddings = torch.randn(
+        8, loss.embedding_size if hasattr(loss, "embedding_size") else 6, generator=generator
+    )
     labels = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
     loss_dict = loss.compute_loss(embeddings, labels, None, embeddings, labels)
     distance, reducer = returned("get_default_distance"), returned("get_default_reducer")
     reducer_name = reducer.split("(")[0]
     items = "\n".join(
-        f"* **{key}**: reduction type ```\"{value['reduction_type']}\"```." for key, value in loss_dict.items()
+        f'* **{key}**: reduction type ```"{value["reduction_type"]}"```.' for key, value in loss_dict.items()
     )
     return {
         "**Default distance**": f"**Default distance**: \n\n - `{distance}`\n",
@@ -148,8 +150,12 @@ def pml_doc_format(section, name, defaults=None):
     for heading, text in (defaults or {}).items():
         if not re.search(rf"^{re.escape(heading)}", section, flags=re.M):
             section = section.rstrip("\n") + "\n\n" + text
-    section = re.sub(r"^\*\*(Equation|Parameters|Other info|Reducer input|Learnable)\*\*(?!:)",
-                     r"**\1**:", section, flags=re.M)
+    section = re.sub(
+        r"^\*\*(Equation|Parameters|Other info|Reducer input|Learnable)\*\*(?!:)",
+        r"**\1**:",
+        section,
+        flags=re.M,
+    )
     section = re.sub(r"\[([^\]]+)\]\((?!https?:)[^)]*\)", r"\1", section)  # our docs' links
     lines = []
     for line in section.splitlines(keepends=True):

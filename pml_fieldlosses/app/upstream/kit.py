@@ -19,8 +19,11 @@ TORCH_FLOOR = "2.0"
 
 def checkout_layout(checkout):
     checkout = Path(checkout)
-    needed = ["src/pytorch_metric_learning/losses/__init__.py",
-              "src/pytorch_metric_learning/losses/cross_batch_memory.py", "tests/__init__.py"]
+    needed = [
+        "src/pytorch_metric_learning/losses/__init__.py",
+        "src/pytorch_metric_learning/losses/cross_batch_memory.py",
+        "tests/__init__.py",
+    ]
     missing = [p for p in needed if not (checkout / p).is_file()]
     if missing:
         raise KitError(f"{checkout} is not a pytorch-metric-learning checkout (missing {', '.join(missing)})")
@@ -29,8 +32,9 @@ def checkout_layout(checkout):
 
 def our_extra_supported_losses():
     """The losses our CrossBatchMemory accepts beyond PML's (through its supported_losses())."""
-    import pml_fieldlosses.losses as ours
     from pytorch_metric_learning.losses import CrossBatchMemory
+
+    import pml_fieldlosses.losses as ours
 
     names = set()
     for value in vars(ours).values():
@@ -45,7 +49,10 @@ def apply(checkout, tests_dir=None, docs=None):
     tests_dir = Path(tests_dir or REPO / "tests")
     docs = Path(docs or REPO / "docs" / "losses.md")
     if not (tests_dir / "naive.py").is_file() or not docs.is_file():
-        raise KitError("the kit runs from a source checkout of pml-fieldlosses (it reads tests/naive*.py and docs/)")
+        raise KitError(
+            "the kit runs from a source checkout of pml-fieldlosses "
+            "(it reads tests/losses/, tests/naive*.py and docs/)"
+        )
     written = {}
 
     def write(path, text):
@@ -54,7 +61,9 @@ def apply(checkout, tests_dir=None, docs=None):
         if old != text:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-        written[str(path.relative_to(checkout))] = "new" if old is None else ("edited" if old != text else "unchanged")
+        written[str(path.relative_to(checkout))] = (
+            "new" if old is None else ("edited" if old != text else "unchanged")
+        )
 
     modules = sources.closure()
     transformed = {m: sources.transform(m, checkout) for m in modules}  # all checks before writing
@@ -71,7 +80,9 @@ def apply(checkout, tests_dir=None, docs=None):
     for declaration in contributed:
         relative = Path(declaration.test_file).relative_to("tests")
         if not (tests_dir / relative).is_file():
-            raise KitError(f"{declaration.loss_class.__name__} has no PML-style test: add {declaration.test_file}")
+            raise KitError(
+                f"{declaration.loss_class.__name__} has no PML-style test: add {declaration.test_file}"
+            )
         test_files[relative] = tests_copy.pml_test_file(tests_dir, relative)
     sections = {
         n: edits.pml_doc_format(s, n, edits.defaults_from_code(*loss_factory(n)))
@@ -151,8 +162,9 @@ def pr_description(written):
             "prefer that.",
             "* Helpers: input checks (`utils/checks.py`), grouped log-sum-exp and normalisation helpers "
             "(`utils/loss_utils.py`), the potential losses' machinery "
-            "(`losses/potential/`: the energy, the candidate searches, the pair searches and the neighbour list), and `losses/checked_forward_mixin.py` (the checks and the "
-            "precision policy above, shared by the five losses).",
+            "(`losses/potential/`: the energy, the candidate searches, the pair searches and the "
+            "neighbour list), and `losses/checked_forward_mixin.py` (the checks and the precision "
+            "policy above, shared by the five losses).",
             "* Formatting: our line length is 110; run `format_code.sh` (black/isort) before merging.",
         ]
     )

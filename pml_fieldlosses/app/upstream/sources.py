@@ -131,7 +131,11 @@ def rewrite_import(module, node, checkout):
             if is_our_module(sub):  # from ..utils import checks
                 target = target_module(sub)
                 parent, name = target.rsplit(".", 1)
-                groups.setdefault(parent, []).append(name if name == (alias.asname or alias.name) else f"{name} as {alias.asname or alias.name}")
+                groups.setdefault(parent, []).append(
+                    name
+                    if name == (alias.asname or alias.name)
+                    else f"{name} as {alias.asname or alias.name}"
+                )
             else:
                 groups.setdefault(target_module(source), []).append(ast.unparse(alias))
         return [f"from {relative(me, t)} import {', '.join(names)}" for t, names in groups.items()]
@@ -238,10 +242,15 @@ def new_packages(modules, checkout):
     for module in modules:
         package = module.rsplit(".", 1)[0]
         init = PACKAGE_DIR.joinpath(*package.split(".")[1:], "__init__.py")
-        if package in packages or target_path(checkout, package).with_suffix("").joinpath("__init__.py").is_file():
+        if (
+            package in packages
+            or target_path(checkout, package).with_suffix("").joinpath("__init__.py").is_file()
+        ):
             continue
         tree = ast.parse(init.read_text())
-        if any(not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)) for node in tree.body):
+        if any(
+            not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)) for node in tree.body
+        ):
             raise KitError(f"{package}/__init__.py holds more than a docstring: the kit cannot copy it")
         packages[package] = map_mentions(init.read_text(), f"{package}/__init__.py")
     return packages

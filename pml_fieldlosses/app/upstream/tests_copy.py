@@ -15,18 +15,15 @@ Nothing is kept here: the test files are read from our current sources.
 """
 
 import ast
-import sys
 from pathlib import Path
 
-from .sources import THEIRS, KitError, map_mentions
-
-ALLOWED_TOP_LEVEL = {"torch", THEIRS} | set(sys.stdlib_module_names)
+from .sources import ALLOWED_TOP_LEVEL, THEIRS, KitError, map_mentions, sort_imports
 
 
-def test_module_path(tests_dir, module, level, name):
-    """The file of our test module that ``from <level dots><name> import`` in ``module``
-    (a path relative to ``tests_dir``, e.g. losses/test_x.py) names; None for the
-    ``tests`` package itself."""
+def test_module_path(module, level, name):
+    """The file, relative to tests/, of our test module that ``from <level dots><name> import``
+    in ``module`` (relative to tests/, e.g. losses/test_x.py) names; None for the ``tests``
+    package itself."""
     here = Path(module).parent.parts
     base = here[: len(here) - (level - 1)] if level > 1 else here
     if level - 1 > len(here):
@@ -95,7 +92,8 @@ class Copier:
                 return
             if self.bound.setdefault(name, module.relative) != module.relative:
                 raise KitError(
-                    f"the copied test code needs {name} of tests/{module.relative} and of tests/{self.bound[name]}"
+                    f"the copied test code needs {name} of tests/{module.relative} "
+                    f"and of tests/{self.bound[name]}"
                 )
             self.seen.add((module.relative, id(node)))
             for used in sorted(used_names(node)):
@@ -107,9 +105,11 @@ class Copier:
 
     def need_import(self, module, node, alias):
         if isinstance(node, ast.ImportFrom) and node.level:
-            target = test_module_path(self.tests_dir, module.relative, node.level, node.module)
+            target = test_module_path(module.relative, node.level, node.module)
             if target is None:  # from .. import TEST_DEVICE: PML's tests package has it too
-                self.imports.add(self.relative_to_losses(node, alias))
+                if module.relative.parent != Path("losses"):
+                    raise KitError(f"tests/{module.relative}: the copied code needs {alias.name} of tests/")
+                self.imports.add(f"from .. import {ast.unparse(alias)}")
                 return
             if alias.asname:
                 raise KitError(f"tests/{module.relative}: 'import ... as' of our test modules is not copied")
@@ -117,15 +117,13 @@ class Copier:
             return
         top = (node.module if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0]
         if top not in ALLOWED_TOP_LEVEL:
-            raise KitError(f"tests/{module.relative}: the copied code needs {top}, not stdlib, torch or PML")
+            raise KitError(
+                f"tests/{module.relative}: the copied code needs {top}, not stdlib, torch, numpy or PML"
+            )
         if isinstance(node, ast.ImportFrom):
             self.imports.add(f"from {node.module} import {ast.unparse(alias)}")
         else:
             self.imports.add(f"import {ast.unparse(alias)}")
-
-    def relative_to_losses(self, node, alias):
-        """``from .. import X`` as written in a file of tests/losses/."""
-        return f"from .. import {ast.unparse(alias)}"
 
 
 def pml_test_file(tests_dir, relative):
@@ -147,7 +145,7 @@ def pml_test_file(tests_dir, relative):
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             top = (node.module if isinstance(node, ast.ImportFrom) else node.names[0].name).split(".")[0]
             if top not in ALLOWED_TOP_LEVEL:
-                raise KitError(f"tests/{relative}: imports {top}, which is not stdlib, torch or PML")
+                raise KitError(f"tests/{relative}: imports {top}, which is not stdlib, torch, numpy or PML")
             own_imports.append(ast.unparse(node))
         else:
             body.append(test.source(node))
@@ -158,10 +156,15 @@ def pml_test_file(tests_dir, relative):
         rank.setdefault(module.relative, len(rank))
     emitted = sorted(copier.emitted, key=lambda item: (rank[item[0].relative], item[1].lineno))
     copied = [module.source(node) for module, node in emitted]
-    header = "# From our naive references and shared check: explicit loops over samples, classes and pairs.\n"
+    clash = sorted(set(copier.bound) & (set(test.definitions) - set(test.imports)))
+    if clash:
+        raise KitError(f"tests/{relative} defines {clash}, which the code it copies defines too")
+    header = (
+        "\n# From our naive references and shared check: explicit loops over samples, classes and pairs.\n"
+    )
     source = (
         docstring
-        + sort_imports(own_imports + sorted(copier.imports))
+        + sort_imports("\n".join(merged(own_imports + sorted(copier.imports))) + "\n")
         + "\n\n"
         + (header + "\n\n\n".join(copied) + "\n\n\n" if copied else "")
         + "\n\n\n".join(body)
@@ -172,21 +175,18 @@ def pml_test_file(tests_dir, relative):
     return source
 
 
-def sort_imports(statements):
-    """isort's sections (stdlib, third party, relative), ``import x`` first in each, one
-    ``from`` line per module."""
-    sections = {0: set(), 1: set(), 2: set()}
-    relative = {}
+def merged(statements):
+    """The import statements with one ``from`` line per module (the copied code's
+    ``from .. import TEST_DEVICE`` beside the test file's ``from .. import TEST_DTYPES``)."""
+    names = {}
     for statement in statements:
         node = ast.parse(statement).body[0]
-        if isinstance(node, ast.ImportFrom) and node.level:
-            names = relative.setdefault("." * node.level + (node.module or ""), set())
-            names.update(ast.unparse(alias) for alias in node.names)
-            continue
-        top = (node.module if isinstance(node, ast.ImportFrom) else node.names[0].name).split(".")[0]
-        section = 0 if top in sys.stdlib_module_names else 1
-        sections[section].add((isinstance(node, ast.ImportFrom), statement))
-    for source, names in relative.items():
-        sections[2].add((-source.count("."), f"from {source} import {', '.join(sorted(names))}"))
-    groups = ["\n".join(s for _, s in sorted(entries)) for entries in sections.values() if entries]
-    return "\n\n".join(groups)
+        if isinstance(node, ast.ImportFrom):
+            source = "." * node.level + (node.module or "")
+            names.setdefault(source, set()).update(ast.unparse(alias) for alias in node.names)
+        else:
+            names.setdefault(statement, None)
+    return [
+        key if aliases is None else f"from {key} import {', '.join(sorted(aliases))}"
+        for key, aliases in names.items()
+    ]

@@ -70,7 +70,7 @@ def tolerance(points):
 class NeighborList(PairSearch):
     """A Verlet list of the pairs of points of different groups closer than ``cutoff + skin``,
     with certificates that prove every other pair out of the cutoff while the points move; an
-    update costs at most about one or two dense searches, usually a small fraction of one.
+    update costs at most about two or three dense searches, usually a small fraction of one.
 
     * Each point has a reference position and a clearance (``ListState``); an unlisted pair is
       out of the cutoff while each of its points passes a displacement test against its
