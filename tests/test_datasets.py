@@ -1,6 +1,8 @@
-"""The emoji builder on a tiny fake npm registry, safe unpacking, and the image-folder loader.
-No network: a fake `npm` executable serves tarballs made here."""
+"""The emoji builder on a tiny fake npm registry, the shared builder's faults (a bad build
+record, a half-written entry, concurrent builders, a checksum mismatch), safe unpacking,
+and the image-folder loader. No network: a fake `npm` executable serves tarballs made here."""
 
+import hashlib
 import io
 import json
 import os
@@ -364,6 +366,8 @@ def test_imageset_round_trip(tmp_path):
     back = ImageSet.load(tmp_path / "d.npz")
     np.testing.assert_array_equal(back.images, data.images)
     assert back.fingerprint() == data.fingerprint() and list(back.class_names) == ["a", "b", "c"]
+    raw = data.images.tobytes() + data.labels.tobytes() + np.array([1]).tobytes()
+    assert data.fingerprint() == hashlib.sha256(raw).hexdigest()[:16]  # the key of cached features
     with pytest.raises(ValueError, match="num_train_classes"):
         ImageSet(data.images, data.labels, data.class_names, data.sources, 3)
 
@@ -507,6 +511,8 @@ def test_built_in_data_sets_are_one_registry_entry_each(tmp_path, monkeypatch):
     assert {"emoji", "icons", "glyphs"} <= set(datasets.DATASETS)
     # the report names every image licence
     assert {"google", "lucide", "roboto-normal", "roboto-italic"} <= set(datasets.SOURCE_LICENSES)
+    names = [set(datasets.LICENSES), set(datasets.ICON_LICENSES), set(datasets.GLYPH_LICENSES)]
+    assert sum(map(len, names)) == len(datasets.SOURCE_LICENSES)  # no source name in two data sets
     root = tmp_path / "images"
     write_folder(root, [2] * 8)
     assert datasets.load_dataset(str(root), 12).num_classes == 8  # not a name: a folder

@@ -1,9 +1,12 @@
 """Data for the benchmark: the built-in data sets (``DATASETS``, by name: multi-vendor
-emoji and multi-set icons, both from npm; see docs/data.md), or your own image folder."""
+emoji, multi-set icons and letters of many typefaces, all from npm and made by one
+builder, builder.py; see docs/data.md), or your own image folder."""
 
 from .base import ImageSet, first_half_split, render_files
 from .cache import CACHE_ENV_VAR, cache_dir
 from .emoji import DEFAULT_VENDORS, LICENSES, PACKAGES, VENDORS, load_emoji
+from .glyphs import LICENSES as GLYPH_LICENSES
+from .glyphs import load_glyphs, write_glyph_folder
 from .icons import LICENSES as ICON_LICENSES
 from .icons import load_icons
 from .image_folder import IMAGE_EXTENSIONS, load_image_folder
@@ -14,9 +17,10 @@ from .render import check_svg_renderer, render_file
 DATASETS = {
     "emoji": (lambda image_size, cache: load_emoji(image_size, cache=cache), "multi-vendor emoji"),
     "icons": (lambda image_size, cache: load_icons(image_size, cache=cache), "multi-set icons"),
+    "glyphs": (lambda image_size, cache: load_glyphs(image_size, cache=cache), "letters of many typefaces"),
 }
-# image licences of the built-in data sets, by source (vendor or icon set) name
-SOURCE_LICENSES = {**LICENSES, **ICON_LICENSES}
+# image licences of the built-in data sets, by source (vendor, icon set or font) name
+SOURCE_LICENSES = {**LICENSES, **ICON_LICENSES, **GLYPH_LICENSES}
 
 
 def load_dataset(data, image_size, cache=None):
@@ -44,6 +48,7 @@ __all__ = [
     "first_half_split",
     "load_dataset",
     "load_emoji",
+    "load_glyphs",
     "load_icons",
     "load_image_folder",
     "npm_pack",
@@ -51,4 +56,5 @@ __all__ = [
     "render_files",
     "safe_extract",
     "sha512_integrity",
+    "write_glyph_folder",
 ]

@@ -60,7 +60,7 @@ class ImageSet:
         """A short content hash (images, labels, split), used to key cached features."""
         digest = hashlib.sha256()
         for array in (self.images, self.labels, np.array([self.num_train_classes])):
-            digest.update(np.ascontiguousarray(array).tobytes())
+            digest.update(np.ascontiguousarray(array))  # the buffer itself: no copy of the images
         return digest.hexdigest()[:16]
 
     def save(self, path):

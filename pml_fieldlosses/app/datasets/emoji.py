@@ -1,23 +1,21 @@
 """Multi-vendor emoji: the same emoji drawn by several vendors is one class.
 
 Built once from npm packages (``npm pack``), verified, rendered on white,
-freed of duplicate images (see ``drop_duplicates``) and cached as arrays under
-the user cache directory. Classes are the base emoji of
+freed of duplicate images (see ``builder.drop_duplicates``) and cached as arrays
+under the user cache directory by the shared builder (``builder.py``). Classes are the base emoji of
 ``emoji-datasource`` (no skin-tone variants, no components) in Unicode order;
 the first half are the training classes, the second half the test classes.
 """
 
-import hashlib
 import json
 import re
-import shutil
-from pathlib import Path
 
 import numpy as np
 
 from .base import ImageSet, first_half_split, render_files
-from .cache import build_lock, cache_dir
-from .npm import IntegrityError, NpmPackage, find_npm, npm_pack, safe_extract, sha256_file, verify_files
+from .builder import drop_duplicates, fetch_package, load_or_build
+from .cache import cache_dir
+from .npm import NpmPackage, find_npm
 from .render import check_svg_renderer
 
 # bump when the build's output for the same inputs changes
@@ -85,30 +83,6 @@ _KEEP = {
 }
 
 
-def fetch_package(package, root, npm="npm"):
-    """Unpacked, verified files of ``package`` under ``root/packages``: downloaded
-    with npm once, then reused after checking every file's recorded sha256.
-    Returns (folder, {path inside the package: sha256})."""
-    target = Path(root) / "packages" / f"{package.name}-{package.version}"
-    manifest = target / "manifest.json"
-    if manifest.is_file():
-        record = json.loads(manifest.read_text())
-        if record.get("integrity") == package.integrity:
-            verify_files(target, record["files"])
-            return target, record["files"]
-    partial = target.with_name(target.name + ".part")
-    shutil.rmtree(partial, ignore_errors=True)
-    tarball = npm_pack(package, Path(root) / "downloads", npm=npm)
-    keep = _KEEP.get(package.name, ("package/",))
-    hashes = safe_extract(tarball, partial, select=lambda name: name.startswith(keep))
-    record = {"package": package.spec, "integrity": package.integrity, "files": hashes}
-    (partial / "manifest.json").write_text(json.dumps(record, indent=0, sort_keys=True))
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
-    tarball.unlink()
-    return target, hashes
-
-
 def kebab(text):
     text = text.lower().replace("\u2019", "").replace("'", "")
     return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
@@ -155,7 +129,10 @@ def collect_emoji_files(root, vendors, packages, npm="npm"):
     """Find the image of every (class, vendor) in the verified packages; keep
     classes with at least two images. Returns (paths, class index per path,
     vendor per path, sha256 per path, class names)."""
-    fetched = {name: fetch_package(packages[name], root, npm) for name in _packages_for(vendors)}
+    fetched = {
+        name: fetch_package(packages[name], root, _KEEP.get(name, ("package/",)), npm)
+        for name in _packages_for(vendors)
+    }
     dirs = {name: folder for name, (folder, _) in fetched.items()}
     catalogue = json.loads((dirs[CATALOGUE_PACKAGE] / "package" / "emoji.json").read_text())
     openmoji_names, fluent_files = {}, {}
@@ -186,25 +163,6 @@ def collect_emoji_files(root, vendors, packages, npm="npm"):
     return paths, labels, sources, hashes, names
 
 
-def drop_duplicates(images, labels):
-    """Indices of the images to keep: an image identical (pixel for pixel) to
-    one of another class is ambiguous and dropped with all its copies (some
-    vendors draw e.g. "person" and "man" alike); of identical images within
-    a class the first is kept; then classes left with fewer than two images go."""
-    digests = [hashlib.sha256(image.tobytes()).digest() for image in images]
-    classes_of = {}
-    for digest, label in zip(digests, labels):
-        classes_of.setdefault(digest, set()).add(label)
-    seen, keep = set(), []
-    for i, digest in enumerate(digests):
-        if len(classes_of[digest]) == 1 and digest not in seen:
-            seen.add(digest)
-            keep.append(i)
-    keep = np.array(keep, dtype=np.int64)
-    counts = np.bincount(labels[keep], minlength=int(labels.max()) + 1)
-    return keep[counts[labels[keep]] >= 2]
-
-
 def _packages_for(vendors):
     unknown = [v for v in vendors if v not in VENDORS]
     if unknown:
@@ -233,21 +191,9 @@ def load_emoji(
     vendors = tuple(vendors)
     packages = {**PACKAGES, **(packages or {})}
     root = cache_dir(cache) / "emoji"
-    key = _build_key(image_size, vendors, packages)
     stem = f"emoji-{image_size}px-{'-'.join(vendors)}-v{BUILD_VERSION}"
-    arrays, record_path = root / f"{stem}.npz", root / f"{stem}.json"
-    with build_lock(arrays):
-        if not rebuild and arrays.is_file() and record_path.is_file():
-            clear = f"delete it to rebuild the data: rm '{arrays}' '{record_path}'"
-            try:
-                record = json.loads(record_path.read_text())
-                recorded_key, recorded_sha = record["key"], record["arrays_sha256"]
-            except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as e:
-                raise IntegrityError(f"{record_path} is not a build record ({e!r}); {clear}") from None
-            if recorded_key == key:
-                if sha256_file(arrays) != recorded_sha:
-                    raise IntegrityError(f"{arrays} does not match its recorded sha256; {clear}")
-                return ImageSet.load(arrays)
+
+    def build():
         if any(VENDORS[v] in ("openmoji", "fluentui-emoji") for v in vendors):
             check_svg_renderer()
         find_npm(npm)
@@ -260,17 +206,11 @@ def load_emoji(
         used, labels = np.unique(labels, return_inverse=True)
         names = np.array(names)[used]
         data = ImageSet(images, labels, names, sources, first_half_split(len(names)), "emoji")
-        data.save(arrays)
-        record = {
-            "key": key,
+        return data, {
             "integrity": {n: packages[n].integrity for n in _packages_for(vendors)},
             "licenses": {v: LICENSES[v] for v in vendors},
-            "num_images": len(images),
             "dropped_duplicate_images": dropped,
-            "num_classes": len(names),
-            "num_train_classes": data.num_train_classes,
-            "arrays_sha256": sha256_file(arrays),
             "source_files_sha256": {p.relative_to(root).as_posix(): h for p, h in zip(paths, hashes)},
         }
-        record_path.write_text(json.dumps(record, indent=1))
-        return data
+
+    return load_or_build(root, stem, _build_key(image_size, vendors, packages), build, rebuild)

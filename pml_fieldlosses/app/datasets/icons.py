@@ -1,6 +1,6 @@
 """Multi-set icons: the same icon concept drawn by many open-source icon sets is one class.
 
-Built once from npm packages (``npm pack``, verified like the emoji packages),
+Built once from npm packages by the shared builder (``builder.py``: ``npm pack``, verified),
 rendered black on white and cached as arrays under the user cache directory.
 Icons are matched across sets by name: each source (one style of one set)
 names its files ``<name><style suffix>.svg``; the style suffix is removed
@@ -24,9 +24,9 @@ from typing import NamedTuple
 import numpy as np
 
 from .base import ImageSet, first_half_split, render_files
-from .cache import build_lock, cache_dir
-from .emoji import drop_duplicates, fetch_package
-from .npm import IntegrityError, NpmPackage, find_npm, sha256_file
+from .builder import drop_duplicates, fetch_package, load_or_build
+from .cache import cache_dir
+from .npm import NpmPackage, find_npm
 from .render import check_svg_renderer
 
 # bump when the build's output for the same inputs changes
@@ -297,7 +297,7 @@ def collect_icon_files(root, sources, packages, npm="npm", min_sets=DEFAULT_MIN_
     """Find the file of every (class, source) in the verified packages, for the
     classes drawn by at least ``min_sets`` packages. Returns (paths, class index
     per path, source per path, sha256 per path, class names)."""
-    fetched = {name: fetch_package(packages[name], root, npm) for name in _packages_for(sources)}
+    fetched = {name: fetch_package(packages[name], root, npm=npm) for name in _packages_for(sources)}
     chosen = [SOURCES[s] for s in sources]
     matches = match_icons(((name, rel) for name, (_, files) in fetched.items() for rel in files), chosen)
     names = select_classes(matches, chosen, min_sets)
@@ -325,9 +325,7 @@ def check_not_blank(images, paths):
 def keep_drawn_by(labels, sources, min_sets):
     """Indices of the images whose class is still drawn by ``min_sets`` packages."""
     packages = np.array([SOURCES[s].package for s in sources])
-    keep = [
-        i for i, label in enumerate(labels) if len(set(packages[labels == label])) >= min_sets
-    ]
+    keep = [i for i, label in enumerate(labels) if len(set(packages[labels == label])) >= min_sets]
     return np.array(keep, dtype=np.int64)
 
 
@@ -363,16 +361,8 @@ def load_icons(
     key = _build_key(image_size, sources, packages, min_sets)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     stem = f"icons-{image_size}px-min{min_sets}-v{BUILD_VERSION}-{digest}"
-    arrays, record_path = root / f"{stem}.npz", root / f"{stem}.json"
-    with build_lock(arrays):
-        if not rebuild and arrays.is_file() and record_path.is_file():
-            record = json.loads(record_path.read_text())
-            if record["key"] == key:
-                if sha256_file(arrays) != record["arrays_sha256"]:
-                    raise IntegrityError(
-                        f"{arrays} does not match its recorded sha256; rebuild with rebuild=True"
-                    )
-                return ImageSet.load(arrays)
+
+    def build():
         check_svg_renderer()
         find_npm(npm)
         paths, labels, found_in, hashes, names = collect_icon_files(root, sources, packages, npm, min_sets)
@@ -387,18 +377,11 @@ def load_icons(
         used, labels = np.unique(labels, return_inverse=True)
         names = np.array(names)[used]
         data = ImageSet(images, labels, names, found_in, first_half_split(len(names)), "icons")
-        root.mkdir(parents=True, exist_ok=True)
-        data.save(arrays)
-        record = {
-            "key": key,
+        return data, {
             "integrity": {n: packages[n].integrity for n in _packages_for(sources)},
             "licenses": {n: LICENSES_BY_PACKAGE[n] for n in _packages_for(sources)},
-            "num_images": len(images),
             "dropped_duplicate_images": dropped,
-            "num_classes": len(names),
-            "num_train_classes": data.num_train_classes,
-            "arrays_sha256": sha256_file(arrays),
             "source_files_sha256": {Path(p).relative_to(root).as_posix(): h for p, h in zip(paths, hashes)},
         }
-        record_path.write_text(json.dumps(record, indent=1))
-        return data
+
+    return load_or_build(root, stem, key, build, rebuild)
