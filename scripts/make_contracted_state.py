@@ -4,10 +4,10 @@ through that epoch's embedder. tests/test_potential_real_state.py replays
 training steps from it (real proxies contract until most of their
 pairs lie just outside the repulsion radius).
 
-    python benchmarks/make_glyph_folder.py --out /work/data/glyphs
-    pml-fieldlosses bench --data /work/data/glyphs --losses ProxyAnchor,PFML,CPML --seeds 1 --out RUNS
-    python scripts/make_contracted_state.py --data /work/data/glyphs \\
-        --run RUNS/folder-glyphs-efficientnet-lite0-64px-d8bbf0ee/runs/PFML/seed0 \\
+    python -c "from pml_fieldlosses.app.datasets import write_glyph_folder; write_glyph_folder('GLYPHS')"
+    pml-fieldlosses bench --data GLYPHS --losses ProxyAnchor,PFML,CPML --seeds 1 --out RUNS
+    python scripts/make_contracted_state.py --data GLYPHS \\
+        --run RUNS/folder-GLYPHS-efficientnet-lite0-64px-<hash>/runs/PFML/seed0 \\
         --out tests/data/glyph_pfml_state.npz
 
 The run's bench folder must hold the default protocol (``protocol.json`` is

@@ -362,3 +362,16 @@ def test_selection_trains_every_candidate_never_tests_and_keeps_the_default_on_t
     assert entry.candidates() == [f"PFML[alpha=2,delta={v:g}]" for v in entry.grid]
     assert [registry.get_entry(c).build(3, 4).alpha for c in entry.candidates()] == [2] * len(entry.grid)
     assert selection.selectable_entries(["PFML[repulsion_delta=0.6]"])[0].tuned == "delta"
+
+
+def test_report_names_few_sources_and_counts_many():
+    """emoji's vendors and the icons' sets by name; the glyphs' hundreds of fonts by number."""
+    from types import SimpleNamespace
+
+    from pml_fieldlosses.app.bench.benchmark import MAX_NAMED_SOURCES, describe
+
+    few = SimpleNamespace(sources=["twemoji", "noto", "twemoji"])
+    assert describe(BenchConfig(data="emoji"), few) == "multi-vendor emoji (noto, twemoji)"
+    many = SimpleNamespace(sources=[f"font-{i}" for i in range(MAX_NAMED_SOURCES + 1)])
+    assert describe(BenchConfig(data="glyphs"), many) == f"letters of many typefaces ({MAX_NAMED_SOURCES + 1} sources)"
+    assert describe(BenchConfig(data="some/folder"), many) == "image folder some/folder"

@@ -1,6 +1,6 @@
 """The neighbour list on real data: the PotentialFieldLoss proxies at the end of a real
 bench run (``pml-fieldlosses bench`` on a folder of 918 letters drawn by 286
-fonts, benchmarks/make_glyph_folder.py; 367 training classes, 734 proxies,
+fonts, the glyphs data set written as a folder; 367 training classes, 734 proxies,
 D = 128, delta = 0.4) have contracted until nearly all their pairs lie just
 outside the repulsion radius: the configuration where a neighbour list of the
 largest radius holds every pair. tests/data/glyph_pfml_state.npz holds those

@@ -57,9 +57,14 @@ def write_report(prepared, results, clock, file):
     return rows
 
 
+MAX_NAMED_SOURCES = 40
+
+
 def describe(config, dataset):
     """The data in words, for the report."""
     if config.data in DATASETS:
-        sources = ", ".join(sorted(set(dataset.sources)))
-        return f"{DATASETS[config.data][1]} ({sources})"
+        sources = sorted(set(dataset.sources))
+        # a few vendors or sets by name; the glyphs' hundreds of fonts by their number
+        named = ", ".join(sources) if len(sources) <= MAX_NAMED_SOURCES else f"{len(sources)} sources"
+        return f"{DATASETS[config.data][1]} ({named})"
     return f"image folder {config.data}"
