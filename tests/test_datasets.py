@@ -89,9 +89,10 @@ def svg_bytes(colour):
     ).encode()
 
 
-def make_tarball(path, files):
-    """files: {name inside the tarball: bytes}"""
-    with tarfile.open(path, "w:gz") as tar:
+def make_tarball(path, files, mode="w:gz"):
+    """files: {name inside the tarball: bytes}; ``mode="w"``: uncompressed (fonts barely compress)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, mode) as tar:
         for name, data in files.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)

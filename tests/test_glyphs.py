@@ -4,7 +4,6 @@ Resort: no network); the real build is slow-marked."""
 
 import io
 import json
-import tarfile
 import unicodedata
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from pml_fieldlosses.app.datasets.glyphs import (
 )
 from pml_fieldlosses.app.datasets.npm import NpmPackage, sha512_integrity
 
-from .test_datasets import install_fake_npm
+from .test_datasets import install_fake_npm, make_tarball
 
 matplotlib = pytest.importorskip("matplotlib")
 FONT_DIR = Path(matplotlib.__file__).parent / "mpl-data" / "fonts" / "ttf"
@@ -71,13 +70,7 @@ OPTIONS = dict(min_per_class=5, max_classes=150, max_per_class=7)
 
 def tarball(path, files):
     """An uncompressed npm-style tarball of {name inside: bytes} (fonts barely compress)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, "w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return path
+    return make_tarball(path, files, mode="w")
 
 
 def metadata_files():

@@ -303,25 +303,26 @@ def resized(data, image_size):
     return ImageSet(images, data.labels, data.class_names, data.sources, data.num_train_classes, data.name)
 
 
-def cache_entry(
-    image_size,
-    cache=None,
-    packages=None,
-    families=None,
+# what selects the glyph set (the options of load_glyphs beside the size and the cache)
+SELECTION = dict(
+    packages=None,  # {name: NpmPackage} replacing pinned packages (tests)
+    families=None,  # only these font ids (a small set, for tests)
     min_per_class=DEFAULT_MIN_PER_CLASS,
     max_classes=DEFAULT_MAX_CLASSES,
     max_per_class=DEFAULT_MAX_PER_CLASS,
-):
+)
+
+
+def cache_entry(image_size, cache=None, **selection):
     """(folder, stem, key) of the cache entry of ``load_glyphs`` with these arguments
     (see ``builder.load_or_build``); the key names every package the build reads."""
-    packages = {**PACKAGES, **(packages or {})}
-    fonts = sorted(FONT_PACKAGES if families is None else families)
+    selection = {**SELECTION, **selection}
+    packages = {**PACKAGES, **(selection["packages"] or {})}
+    fonts = sorted(FONT_PACKAGES if selection["families"] is None else selection["families"])
     key = {
         "build_version": BUILD_VERSION,
         "image_size": image_size,
-        "min_per_class": min_per_class,
-        "max_classes": max_classes,
-        "max_per_class": max_per_class,
+        **{name: selection[name] for name in ("min_per_class", "max_classes", "max_per_class")},
         "packages": [packages[METADATA.name].spec]
         + [packages[f"@fontsource/{f}"].spec for f in fonts if f"@fontsource/{f}" in packages],
     }
@@ -329,47 +330,33 @@ def cache_entry(
     return cache_dir(cache) / "glyphs", f"glyphs-{image_size}px-v{BUILD_VERSION}-{digest}", key
 
 
-def load_glyphs(
-    image_size=64,
-    cache=None,
-    npm="npm",
-    rebuild=False,
-    workers=None,
-    packages=None,
-    families=None,
-    min_per_class=DEFAULT_MIN_PER_CLASS,
-    max_classes=DEFAULT_MAX_CLASSES,
-    max_per_class=DEFAULT_MAX_PER_CLASS,
-):
+def load_glyphs(image_size=64, cache=None, npm="npm", rebuild=False, workers=None, **selection):
     """The glyph ImageSet, built on first use (needs npm; downloads 855 MB of font
     packages and keeps 77 MB of them) and read from the cache afterwards (1.7 GiB in
     memory at 64 px). Drawn at 64 px; another ``image_size`` is the 64 px set resized
-    (as an image folder of its PNGs would be read), and cached too. ``families``: only
-    these font ids (a small set, for tests); ``packages`` ({name: NpmPackage}) replaces
-    pinned packages (tests)."""
-    options = dict(
-        packages=packages,
-        families=families,
-        min_per_class=min_per_class,
-        max_classes=max_classes,
-        max_per_class=max_per_class,
-    )
-    root, stem, key = cache_entry(image_size, cache, **options)
+    (as an image folder of its PNGs would be read), and cached too. ``selection``: the
+    keywords of ``SELECTION`` (``families``: only these font ids, a small set for tests;
+    ``packages`` ({name: NpmPackage}) replaces pinned packages, for tests)."""
+    unknown = set(selection) - set(SELECTION)
+    if unknown:
+        raise TypeError(f"load_glyphs() got unexpected keyword arguments {sorted(unknown)}")
+    root, stem, key = cache_entry(image_size, cache, **selection)
+    selection = {**SELECTION, **selection}
 
     def build():
         if image_size != glyph_render.IMAGE_SIZE:
-            base = load_glyphs(glyph_render.IMAGE_SIZE, cache, npm, workers=workers, **options)
+            base = load_glyphs(glyph_render.IMAGE_SIZE, cache, npm, workers=workers, **selection)
             return resized(base, image_size), {"resized_from_px": glyph_render.IMAGE_SIZE}
         find_npm(npm)
         chosen, record = build_glyphs(
             root,
-            families,
-            {**PACKAGES, **(packages or {})},
+            selection["families"],
+            {**PACKAGES, **(selection["packages"] or {})},
             npm,
             workers or os.cpu_count() or 1,
-            min_per_class,
-            max_classes,
-            max_per_class,
+            selection["min_per_class"],
+            selection["max_classes"],
+            selection["max_per_class"],
         )
         return as_image_set(chosen), record
 
