@@ -13,6 +13,8 @@ def add_exports(init_text, exports):
     """``exports``: {submodule: [names]}. One ``from .sub import A, B`` line per submodule,
     inserted in the alphabetical order of PML's lines (by submodule)."""
     lines = init_text.splitlines(keepends=True)
+    if not any(re.match(r"from \.(\w+) import", line) for line in lines):
+        raise KitError("expected PML's 'from .<module> import <Class>' lines, found none")
     for sub, names in sorted(exports.items()):
         line = f"from .{sub} import {', '.join(sorted(names))}\n"
         if line in lines:
@@ -28,17 +30,22 @@ def add_exports(init_text, exports):
 
 
 def string_list_span(text, function):
-    """(start, end, values, indent) of the list of string literals that ``function``
-    (a def in ``text``) returns."""
+    """(node, values, indent) of the list of string literals that ``function`` (a def in
+    ``text``) returns."""
     tree = ast.parse(text)
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and node.name == function:
             for ret in ast.walk(node):
-                if isinstance(ret, ast.Return) and isinstance(ret.value, ast.List):
+                if (
+                    isinstance(ret, ast.Return)
+                    and isinstance(ret.value, ast.List)
+                    and ret.value.elts
+                    and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in ret.value.elts)
+                ):
                     values = ast.literal_eval(ret.value)
                     first = ret.value.elts[0]
                     return ret.value, values, first.col_offset
-    raise KitError(f"no '{function}' returning a list literal")
+    raise KitError(f"expected a def {function}() returning a list of names in quotes, found none")
 
 
 def replace_node_lines(text, node, new_lines):
@@ -82,7 +89,10 @@ def add_to_loss_lists(test_text, names):
                     row = position.lineno - 1 if position else elts[-1].end_lineno
                     lines.insert(row, f"{' ' * indent}{prefix}{name}(),\n")
                 return "".join(lines)
-    raise KitError("no list of loss instances next to supported_losses()")
+    raise KitError(
+        "expected a list of loss instances (losses.<Loss>(), ...) in the test that calls "
+        "CrossBatchMemory.supported_losses(), found none"
+    )
 
 
 # ----------------------------------------------------------------------------- docs
@@ -169,6 +179,8 @@ def pml_doc_format(section, name, defaults=None):
 
 def add_doc_sections(pml_docs, sections):
     """Insert each section before the first '## ' section of PML's docs that sorts after it."""
+    if not re.search(r"^## \w+", pml_docs, flags=re.M):
+        raise KitError("expected PML's '## <Loss>' sections, found none")
     for name, section in sorted(sections.items()):
         if re.search(rf"^## {name}\s*$", pml_docs, flags=re.M):
             continue
