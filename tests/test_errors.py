@@ -111,3 +111,16 @@ def test_writable_folder_refuses_a_read_only_folder(tmp_path):
             errors.writable_folder(folder, "--cache")
     finally:
         folder.chmod(0o700)
+
+
+def test_atomic_write_keeps_the_mode_of_the_file_it_replaces(tmp_path):
+    target = tmp_path / "result.json"
+    with errors.atomic_write(target) as f:
+        f.write("new")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask
+    target.chmod(0o640)
+    with errors.atomic_write(target) as f:
+        f.write("newer")
+    assert target.stat().st_mode & 0o777 == 0o640

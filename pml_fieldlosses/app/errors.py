@@ -18,6 +18,8 @@ import argparse
 import errno
 import math
 import os
+import secrets
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,11 +58,15 @@ def file_fault(error, path, doing):
 def atomic_write(path, mode="w", doing="writing"):
     """Open a temporary file beside ``path`` for writing; on success it replaces ``path``
     in one step (``os.replace``), on any error it is removed and ``path`` is left as it
-    was. An OSError becomes a FileFault naming ``path``."""
+    was. The file keeps the mode of the one it replaces (a new one gets the usual 0o666
+    less the umask). An OSError becomes a FileFault naming ``path``."""
     path = Path(path)
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        if path.exists():
+            os.chmod(fd, stat.S_IMODE(path.stat().st_mode))
         with os.fdopen(fd, mode) as f:
             yield f
             f.flush()
