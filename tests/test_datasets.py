@@ -2,6 +2,7 @@
 record, a half-written entry, concurrent builders, a checksum mismatch), safe unpacking,
 and the image-folder loader. No network: a fake `npm` executable serves tarballs made here."""
 
+import errno
 import hashlib
 import io
 import json
@@ -14,10 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from pml_fieldlosses.app.datasets import (
     ImageSet,
+    cache_dir,
     IntegrityError,
     NpmPackage,
     UnsafeArchiveError,
@@ -29,6 +33,7 @@ from pml_fieldlosses.app.datasets import (
 from pml_fieldlosses.app.datasets import emoji as emoji_module
 from pml_fieldlosses.app.datasets.builder import fetch_package, load_or_build
 from pml_fieldlosses.app.datasets.npm import npm_pack, sha256_file
+from pml_fieldlosses.app.errors import FileFault
 
 FAKE_NPM = """#!{python}
 import json, shutil, sys
@@ -576,3 +581,286 @@ def test_waiting_for_another_process_build_is_said(tmp_path, capfd):
     with build_lock(entry):  # free: nothing said
         pass
     assert "waiting" not in capfd.readouterr().err
+
+
+# --- faults of the file system: emulated at the Python level (root reads a mode-000 file
+# anyway, and a full disk cannot be made on demand), for the files under one folder ---
+
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+class _Metered:
+    """A file open for writing on a Disk: its writes take the disk's free bytes."""
+
+    def __init__(self, file, disk):
+        self._file, self._disk = file, disk
+
+    def write(self, data):
+        size = len(data) if isinstance(data, str) else memoryview(data).nbytes
+        allowed = self._disk.take(size)
+        if allowed < size:
+            self._file.write(
+                data[:allowed] if isinstance(data, str) else memoryview(data).cast("B")[:allowed]
+            )
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self._file.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._file, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._file.close()
+
+    def __iter__(self):
+        return iter(self._file)
+
+
+class Disk:
+    """The files under ``root`` as a user may meet them, for the code run inside
+    ``with Disk(...)``: ``unreadable``: listing ``root`` or opening or stat-ing anything
+    under it is refused (EACCES), as for a folder or file of mode 000; ``read_only``:
+    every change under it is refused (EROFS); ``free``: the bytes that can still be written
+    there, a write past them fails with ENOSPC (after writing what fits), as on a full
+    disk; ``fallocate``: whether the file system can reserve space (posix_fallocate)."""
+
+    def __init__(self, root, unreadable=False, read_only=False, free=None, fallocate=True):
+        self.root = os.path.abspath(root)
+        self.unreadable, self.read_only, self.free, self.fallocate = unreadable, read_only, free, fallocate
+        self.fds, self.reserved, self.real = set(), set(), {}
+
+    def inside(self, path, strictly=False):
+        if isinstance(path, int):
+            return False
+        path = os.path.abspath(os.fsdecode(path))
+        return path.startswith(self.root + os.sep) or (not strictly and path == self.root)
+
+    def take(self, size):
+        """How many of ``size`` bytes fit; they are used."""
+        if self.free is None:
+            return size
+        allowed = min(size, self.free)
+        self.free -= allowed
+        return allowed
+
+    def refuse(self, code, path):
+        raise OSError(code, os.strerror(code), os.fsdecode(path))
+
+    def _open(self, file, mode="r", *args, **kwargs):
+        writing = any(c in mode for c in "wax+")
+        if self.inside(file) and self.unreadable:
+            self.refuse(errno.EACCES, file)
+        if self.inside(file) and writing and self.read_only:
+            self.refuse(errno.EROFS, file)
+        handle = self.real["open"](file, mode, *args, **kwargs)
+        return _Metered(handle, self) if self.inside(file) and writing else handle
+
+    def _os_open(self, path, flags, *args, **kwargs):
+        if self.inside(path) and self.unreadable:
+            self.refuse(errno.EACCES, path)
+        if self.inside(path) and flags & WRITE_FLAGS and self.read_only:
+            self.refuse(errno.EROFS, path)
+        fd = self.real["os.open"](path, flags, *args, **kwargs)
+        self.fds.discard(fd)
+        self.reserved.discard(fd)
+        if self.inside(path) and flags & WRITE_FLAGS:
+            self.fds.add(fd)
+        return fd
+
+    def _fdopen(self, fd, mode="r", *args, **kwargs):
+        handle = self.real["os.fdopen"](fd, mode, *args, **kwargs)
+        return _Metered(handle, self) if fd in self.fds and any(c in mode for c in "wax+") else handle
+
+    def _pwrite(self, fd, data, offset):
+        size = memoryview(data).nbytes
+        if fd in self.fds and fd not in self.reserved and self.take(size) < size:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self.real["os.pwrite"](fd, data, offset)
+
+    def _fallocate(self, fd, offset, length):
+        if fd in self.fds:
+            if not self.fallocate:
+                raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+            if self.free is not None and length > self.free:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.take(length)
+            self.reserved.add(fd)
+        return self.real["os.posix_fallocate"](fd, offset, length)
+
+    def _listing(self, name):
+        def listing(path="."):
+            if self.inside(path) and self.unreadable:
+                self.refuse(errno.EACCES, path)
+            return self.real[name](path)
+
+        return listing
+
+    def _stat(self, path, *args, **kwargs):
+        if self.inside(path, strictly=True) and self.unreadable:
+            self.refuse(errno.EACCES, path)
+        return self.real["os.stat"](path, *args, **kwargs)
+
+    def _change(self, name):
+        def change(path, *args, **kwargs):
+            if self.inside(path) and self.read_only:
+                self.refuse(errno.EROFS, path)
+            return self.real[name](path, *args, **kwargs)
+
+        return change
+
+    def __enter__(self):
+        import builtins
+
+        self.patches = [
+            (builtins, "open", self._open),
+            (io, "open", self._open),
+            (os, "open", self._os_open),
+            (os, "fdopen", self._fdopen),
+            (os, "pwrite", self._pwrite),
+            (os, "posix_fallocate", self._fallocate),
+            (os, "listdir", self._listing("os.listdir")),
+            (os, "scandir", self._listing("os.scandir")),
+            (os, "stat", self._stat),
+            *[
+                (os, name, self._change(f"os.{name}"))
+                for name in ("mkdir", "replace", "rename", "unlink", "rmdir")
+            ],
+        ]
+        for module, name, _ in self.patches:
+            key = name if module.__name__ == "builtins" else f"{module.__name__}.{name}"
+            key = "open" if name == "open" and module is not os else key
+            self.real.setdefault(key, getattr(module, name))
+        self.real["os.open"] = os.open
+        for module, name, fake in self.patches:
+            setattr(module, name, fake)
+        return self
+
+    def __exit__(self, *exc):
+        for module, name, _ in self.patches:
+            key = "open" if name == "open" and module is not os else f"os.{name}"
+            setattr(module, name, self.real[key])
+
+
+def left_over(folder):
+    """The unfinished files under ``folder`` (temporary and partial files), by name."""
+    return sorted(p.name for p in Path(folder).rglob("*") if ".part" in p.name or p.name.endswith(".tmp"))
+
+
+@pytest.mark.parametrize("what", ["root", "class folder", "image"])
+def test_an_unreadable_folder_or_image_is_named(tmp_path, what):
+    root = tmp_path / "images"
+    write_folder(root, [2] * 8)
+    target = {"root": root, "class folder": root / "class_03", "image": root / "class_03" / "img1.webp"}[what]
+    with Disk(target, unreadable=True), pytest.raises(FileFault, match="permission denied") as caught:
+        load_image_folder(root, image_size=12, workers=1)
+    assert str(target) in str(caught.value)
+
+
+def test_data_that_is_a_file_is_named(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FileFault, match=f"--data {tmp_path / 'file'}: it is a file, not a folder"):
+        load_image_folder(tmp_path / "file")
+
+
+def test_a_cache_that_is_a_file_or_read_only_is_named(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("x")
+    for cache in (tmp_path / "file", tmp_path / "file" / "below"):
+        with pytest.raises(FileFault, match=f"{tmp_path / 'file'}.*--cache or \\$PML_FIELDLOSSES_CACHE"):
+            cache_dir(cache)
+    monkeypatch.setenv("PML_FIELDLOSSES_CACHE", str(tmp_path / "file"))
+    with pytest.raises(FileFault, match="it is a file, not a folder"):
+        cache_dir()
+    with Disk(tmp_path / "ro", read_only=True), pytest.raises(FileFault, match="read-only.*--cache"):
+        cache_dir(tmp_path / "ro")
+    (tmp_path / "ro").mkdir()
+    with (
+        Disk(tmp_path / "ro", read_only=True),
+        pytest.raises(FileFault, match=f"{tmp_path / 'ro'}.*read-only"),
+    ):
+        load_or_build(tmp_path / "ro", "toy", {"size": 4}, counting_build(tmp_path / "log"))
+    assert not (tmp_path / "log").exists()  # refused before the build: nothing to lose
+
+
+@pytest.mark.parametrize("where", ["arrays", "record"])
+def test_an_unreadable_cache_entry_is_named(tmp_path, where):
+    load_or_build(tmp_path, "toy", {"size": 4}, counting_build(tmp_path / "log"))
+    target = tmp_path / ("toy.npz" if where == "arrays" else "toy.json")
+    with Disk(target, unreadable=True):
+        if where == "arrays":
+            with pytest.raises(FileFault, match=f"{target}: permission denied"):
+                load_or_build(tmp_path, "toy", {"size": 4}, counting_build(tmp_path / "log"))
+            with pytest.raises(FileFault, match=f"reading the saved image set {target}"):
+                ImageSet.load(target)
+        else:  # a record that cannot be read is named and the entry made again
+            with pytest.warns(UserWarning, match=f"{target} is not a build record"):
+                load_or_build(tmp_path, "toy", {"size": 4}, counting_build(tmp_path / "log"))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(share=st.floats(0, 1, exclude_max=True))
+def test_a_full_disk_while_caching_a_data_set_is_named_and_a_rerun_completes(tmp_path_factory, share):
+    """The disk fills at any byte of the entry (arrays, then record): a FileFault names the
+    cache file and what to do, nothing unfinished is left, and a rerun builds the entry whole."""
+    root, whole = tmp_path_factory.mktemp("full"), tmp_path_factory.mktemp("whole")
+    log = tmp_path_factory.mktemp("log") / "log"
+    load_or_build(whole, "toy", {"size": 4}, counting_build(whole / "log"))
+    total = sum((whole / name).stat().st_size for name in ("toy.npz", "toy.json"))
+    with Disk(root, free=int(share * total)), pytest.raises(FileFault) as caught:
+        load_or_build(root, "toy", {"size": 4}, counting_build(log))
+    message = str(caught.value)
+    assert str(root) in message and "the disk is full" in message and "--cache" in message
+    assert left_over(root) == [] and not (root / "toy.json").exists()
+    data = load_or_build(root, "toy", {"size": 4}, counting_build(log))
+    assert data.fingerprint() == toy_set().fingerprint() and log.read_text().count("built") == 2
+    assert (root / "toy.npz").read_bytes() == (whole / "toy.npz").read_bytes()
+    load_or_build(root, "toy", {"size": 4}, counting_build(log))  # complete: read, not built
+    assert log.read_text().count("built") == 2
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(share=st.floats(0, 1, exclude_max=True))
+def test_a_full_disk_while_unpacking_a_package_is_named_and_a_rerun_completes(
+    registry, tmp_path_factory, share
+):
+    folder, packages = registry
+    npm = install_fake_npm(folder, packages)
+    package = packages["emoji-datasource-google"]
+    whole = tmp_path_factory.mktemp("whole")
+    target, files = fetch_package(package, whole, npm=npm)
+    total = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
+    root = tmp_path_factory.mktemp("full")
+    with Disk(root / "packages", free=int(share * total)), pytest.raises(FileFault) as caught:
+        fetch_package(package, root, npm=npm)
+    assert "the disk is full" in str(caught.value) and str(root / "packages") in str(caught.value)
+    assert not (root / "packages").exists() or list((root / "packages").iterdir()) == []
+    again, files_again = fetch_package(package, root, npm=npm)
+    assert (
+        files_again == files
+        and (again / "manifest.json").read_text() == (target / "manifest.json").read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    "files", [{"../../outside": "0" * 64}, {"/etc/passwd": "0" * 64}, {"package/a": "not a sha256"}, {"a": 1}]
+)
+def test_a_manifest_that_lists_files_wrongly_is_named_and_fetched_again(registry, tmp_path, files):
+    folder, packages = registry
+    npm = install_fake_npm(folder, packages)
+    package = packages["emoji-datasource"]
+    target, hashes = fetch_package(package, tmp_path, npm=npm)
+    manifest = target / "manifest.json"
+    manifest.write_text(json.dumps({"integrity": package.integrity, "files": files}))
+    with pytest.warns(UserWarning, match=f"{manifest} is not a build record"):
+        again, hashes_again = fetch_package(package, tmp_path, npm=npm)
+    assert hashes_again == hashes and json.loads(manifest.read_text())["files"] == hashes
+
+
+def test_a_modified_package_file_is_named_with_what_to_do(registry, tmp_path):
+    folder, packages = registry
+    npm = install_fake_npm(folder, packages)
+    target, hashes = fetch_package(packages["emoji-datasource"], tmp_path, npm=npm)
+    (target / "package" / "emoji.json").write_text("[]")
+    with pytest.raises(IntegrityError, match=f"emoji.json was modified.*rm -r '{target}'"):
+        fetch_package(packages["emoji-datasource"], tmp_path, npm=npm)

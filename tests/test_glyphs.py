@@ -2,13 +2,18 @@
 registry whose font packages hold real fonts (matplotlib's DejaVu, STIX and Last
 Resort: no network); the real build is slow-marked."""
 
+import errno
 import io
 import json
+import os
 import unicodedata
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from pml_fieldlosses.app.datasets import glyph_render, load_image_folder
@@ -26,6 +31,7 @@ from pml_fieldlosses.app.datasets.glyphs import (
     write_glyph_folder,
 )
 from pml_fieldlosses.app.datasets.npm import NpmPackage, sha512_integrity
+from pml_fieldlosses.app.errors import FileFault
 
 from .test_datasets import install_fake_npm, make_tarball
 
@@ -257,3 +263,35 @@ def test_real_build_from_npm(tmp_path):
     assert counts.min() >= 60 and counts.max() <= 250
     assert {class_folder("A"), class_folder("a"), class_folder("\u0416")} <= set(data.class_names)
     assert set(data.sources) <= set(LICENSES)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(share=st.floats(0, 1, exclude_max=True))
+def test_a_full_disk_while_writing_the_folder_is_named_and_a_rerun_writes_it(
+    built, fake_registry, tmp_path_factory, share
+):
+    """The disk fills when a class folder (a ``share`` of the way) is made: a FileFault names
+    the path, the unfinished ``.part`` folder is removed (its space given back), nothing
+    looks complete; a rerun writes the whole folder."""
+    data, record, cache = built
+    _, packages, _ = fake_registry
+    out = tmp_path_factory.mktemp("written") / "glyphs"
+    made, real_mkdir, fail_at = [], os.mkdir, int(share * data.num_classes)
+
+    def mkdir(path, *args, **kwargs):
+        if str(path).startswith(str(out.parent)):
+            made.append(path)
+            if len(made) > fail_at:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    options = dict(packages=packages, families=FAMILIES, **OPTIONS)
+    with mock.patch.object(os, "mkdir", mkdir), pytest.raises(FileFault) as caught:
+        write_glyph_folder(out, cache, "/nonexistent/npm", **options)
+    assert f"writing the glyph folder {out}.part" in str(caught.value) and "the disk is full" in str(
+        caught.value
+    )
+    assert not out.exists() and not out.with_name("glyphs.part").exists()
+    write_glyph_folder(out, cache, "/nonexistent/npm", **options)
+    assert json.loads((out / "MANIFEST.json").read_text()) == record
+    assert len(list(out.glob("*/*.png"))) == len(data.images)

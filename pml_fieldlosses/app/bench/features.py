@@ -1,9 +1,17 @@
 """What the runs train on: cached frozen-trunk features (memory-mapped, read
-row by row), or images for a trunk that is trained."""
+row by row), or images for a trunk that is trained.
 
+The feature cache is written with plain writes and read back validated (header, size,
+finite values) before it is memory-mapped: a full disk or a damaged file is named,
+never a SIGBUS (docs/robustness.md)."""
+
+import errno
+import io
+import os
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
@@ -12,7 +20,7 @@ import tqdm
 
 from .. import backbones
 from ..datasets.augment import augment, to_float_nchw
-from ..datasets.cache import build_lock, cache_dir
+from ..datasets.cache import build_lock, cache_dir, cache_faults
 from . import scheduler
 from .protocol import number_of_workers
 
@@ -142,7 +150,7 @@ def compute_views(trunk, images, rows_by_view, device, workers, file=None, out=N
     images spread over ``workers`` single-threaded processes (on a CPU; they
     are robust to a busy machine, where one process with several threads is
     not), with one progress bar. ``out``: {view: array} to write into (e.g. a
-    memory-mapped file) instead of new arrays."""
+    FeatureFile) instead of new arrays."""
     jobs = [(view, start) for view, rows in rows_by_view.items() for start in range(0, len(rows), CHUNK)]
     workers = workers if device.type == "cpu" else 1
     total = sum(len(rows) for rows in rows_by_view.values())
@@ -163,17 +171,125 @@ def compute_views(trunk, images, rows_by_view, device, workers, file=None, out=N
     return views
 
 
+def npy_header(rows, width):
+    """The header of a .npy file of a float32 (rows, width) C-order array, as np.save writes it."""
+    buffer = io.BytesIO()
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")), "fortran_order": False}
+    np.lib.format.write_array_header_1_0(buffer, {**header, "shape": (rows, width)})
+    return buffer.getvalue()
+
+
+def write_at(fd, offset, data):
+    """Write all of ``data`` at ``offset`` of the open file ``fd``: a plain write, where a
+    full disk is an OSError (ENOSPC), not a SIGBUS as in a memory-mapped file."""
+    view = memoryview(data).cast("B")
+    while view:
+        if hasattr(os, "pwrite"):
+            written = os.pwrite(fd, view, offset)
+        else:  # no pwrite (Windows)
+            os.lseek(fd, offset, os.SEEK_SET)
+            written = os.write(fd, view)
+        view, offset = view[written:], offset + written
+
+
+def reserve(fd, size):
+    """Allocate ``size`` bytes of disk to the open file ``fd`` now, so that a full disk is
+    said before the features are computed, not after; where the system cannot reserve
+    space (no posix_fallocate, or a file system without it) the writes still say it."""
+    if not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+
+
+class FeatureFile:
+    """float32 (rows, width) features written to ``path``, a .npy file, with plain
+    writes (``file[start:stop] = features``), never through a memory map: a full disk
+    is then a FileFault naming the file, not a SIGBUS that kills the process without a
+    word. The disk space is reserved when the file is made; until ``commit`` (which
+    moves the whole file into place) it is ``<stem>.part.npy`` beside ``path``, which
+    ``discard`` removes."""
+
+    def __init__(self, path, rows, width):
+        self.path, self.rows, self.width = Path(path), rows, width
+        self.part = self.path.with_name(f"{self.path.stem}.part.npy")
+        self.fd = None
+        header = npy_header(rows, width)
+        self.offset = len(header)
+        try:
+            with self.faults():
+                self.fd = os.open(self.part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+                write_at(self.fd, 0, header)
+                reserve(self.fd, self.offset + rows * width * 4)
+        except BaseException:
+            self.discard()
+            raise
+
+    def faults(self):
+        return cache_faults(self.path, "writing the cached features")
+
+    def __setitem__(self, index, features):
+        start, stop, _ = index.indices(self.rows)
+        features = np.ascontiguousarray(features, dtype="<f4")
+        if features.shape != (stop - start, self.width):
+            raise ValueError(f"rows {start}:{stop} of {self.path} need shape ({stop - start}, {self.width})")
+        with self.faults():
+            write_at(self.fd, self.offset + start * self.width * 4, features)
+
+    def commit(self):
+        """Write the file to disk (fsync) and move it to ``path``; returns it memory-mapped."""
+        with self.faults():
+            os.fsync(self.fd)
+            os.close(self.fd)
+            self.fd = None
+            os.replace(self.part, self.path)
+        return np.memmap(self.path, np.float32, "r", self.offset, (self.rows, self.width))
+
+    def discard(self):
+        """Remove the unfinished file (after an error or an interrupt)."""
+        try:
+            if self.fd is not None:
+                os.close(self.fd)
+            self.part.unlink(missing_ok=True)
+        except OSError:
+            pass
+        self.fd = None
+
+
+def read_npy_header(path):
+    """(shape, fortran order, dtype, size of the header, size of the file) of a .npy file."""
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        if version not in readers:
+            raise ValueError(f"a .npy file of version {version}, expected 1.0 or 2.0")
+        shape, fortran_order, dtype = readers[version](f)
+        return shape, fortran_order, dtype, f.tell(), os.fstat(f.fileno()).st_size
+
+
 def load_cached(path, rows, width):
-    """The memory-mapped features in ``path`` if they are float32 (rows, width)
-    and finite, else None (with the reason)."""
+    """The features cached in ``path``, memory-mapped, if it is a whole .npy file of
+    finite float32 (rows, width), else None and the reason. The header and the size
+    of the file are checked before it is mapped: a truncated file is never mapped
+    (reading past its end would kill the process with a SIGBUS)."""
     if not path.exists():
         return None, None
     try:
-        features = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError, EOFError) as e:
+        shape, fortran_order, dtype, offset, size = read_npy_header(path)
+    except (OSError, ValueError, EOFError, SyntaxError) as e:
         return None, f"unreadable ({e})"
-    if features.dtype != np.float32 or features.shape != (rows, width):
-        return None, f"{features.dtype} {features.shape}, expected float32 ({rows}, {width})"
+    if dtype != np.float32 or fortran_order or shape != (rows, width):
+        return None, f"{dtype} {shape}, expected float32 ({rows}, {width})"
+    expected = offset + rows * width * 4
+    if size != expected:
+        return None, f"{size} bytes, expected {expected}: truncated or damaged"
+    try:
+        features = np.memmap(path, np.float32, "r", offset, (rows, width))
+    except (OSError, ValueError) as e:
+        return None, f"unreadable ({e})"
     for start in range(0, rows, 4096):
         if not np.isfinite(features[start : start + 4096]).all():
             return None, "non-finite values"
@@ -182,8 +298,11 @@ def load_cached(path, rows, width):
 
 def cached_views(dataset, rows_by_view, config, file=None):
     """{view: memory-mapped features} of ``dataset.images[rows]`` for each view,
-    computed once per data set and cached under ``<cache>/features/``; a bad
-    cache file is named and recomputed. Returns (views, trunk, seconds spent computing)."""
+    computed once per data set and cached under ``<cache>/features/``; a bad cache
+    file (damaged, truncated, of another shape) is named and recomputed. A fault of the
+    file system (a full disk, a read-only cache) is a FileFault naming the file and
+    what to do; the space of the files to compute is reserved before computing them.
+    Returns (views, trunk, seconds spent computing)."""
     folder = cache_dir(config.cache) / "features"
     folder = folder / f"{dataset.name}-{dataset.fingerprint()}-lite0-v{FEATURES_VERSION}"
     with build_lock(folder):
@@ -199,23 +318,20 @@ def cached_views(dataset, rows_by_view, config, file=None):
         if not missing:
             return views, trunk, 0.0
         start = time.perf_counter()
-        folder.mkdir(parents=True, exist_ok=True)
-        parts = {
-            view: np.lib.format.open_memmap(
-                folder / f"view{view}.part.npy",
-                mode="w+",
-                dtype=np.float32,
-                shape=(len(rows), trunk.out_features),
-            )
-            for view, rows in missing.items()
-        }
-        workers = number_of_workers(config, len(missing) * 100)
-        compute_views(trunk, dataset.images, missing, torch.device(config.device), workers, file, out=parts)
-        for view, part in parts.items():
-            part.flush()
-            del part
-            (folder / f"view{view}.part.npy").replace(folder / f"view{view}.npy")
-            views[view] = np.load(folder / f"view{view}.npy", mmap_mode="r")
+        with cache_faults(folder, "making the feature cache folder"):
+            folder.mkdir(parents=True, exist_ok=True)
+        parts = {}
+        try:
+            for view, rows in missing.items():
+                parts[view] = FeatureFile(folder / f"view{view}.npy", len(rows), trunk.out_features)
+            workers = number_of_workers(config, len(missing) * 100)
+            device = torch.device(config.device)
+            compute_views(trunk, dataset.images, missing, device, workers, file, out=parts)
+            for view, part in parts.items():
+                views[view] = part.commit()
+        finally:
+            for part in parts.values():
+                part.discard()  # the uncommitted ones (after an error or an interrupt)
         return views, trunk, time.perf_counter() - start
 
 

@@ -3,13 +3,14 @@
 import hashlib
 import os
 import zipfile
+import zlib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import tqdm
 
+from ..errors import atomic_write, file_fault
 from .render import render_file
 
 
@@ -64,10 +65,9 @@ class ImageSet:
         return digest.hexdigest()[:16]
 
     def save(self, path):
-        """Write a compressed .npz atomically."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".part")
-        with open(tmp, "wb") as f:
+        """Write a compressed .npz whole or not at all (``errors.atomic_write``: a failed
+        write leaves the previous file or none); an OSError is a FileFault naming ``path``."""
+        with atomic_write(path, "wb", doing="writing the image set") as f:
             np.savez_compressed(
                 f,
                 images=self.images,
@@ -77,13 +77,17 @@ class ImageSet:
                 num_train_classes=np.array(self.num_train_classes),
                 name=np.array(self.name),
             )
-        os.replace(tmp, path)
 
     @classmethod
     def load(cls, path):
-        """The ImageSet saved in ``path``; ValueError naming the file if it is not one."""
+        """The ImageSet saved in ``path``: a FileFault names it if it cannot be opened, a
+        ValueError if it is not a saved image set (damaged, truncated, other arrays)."""
         try:
-            with np.load(path, allow_pickle=False) as data:
+            file = open(path, "rb")
+        except OSError as e:
+            raise file_fault(e, path, "reading the saved image set") from e
+        try:
+            with file, np.load(file, allow_pickle=False) as data:
                 return cls(
                     images=data["images"],
                     labels=data["labels"],
@@ -92,7 +96,7 @@ class ImageSet:
                     num_train_classes=int(data["num_train_classes"]),
                     name=str(data["name"]),
                 )
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        except (OSError, ValueError, TypeError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as e:
             raise ValueError(
                 f"{path} is not a saved image set ({e!r}); delete it (rm '{path}') to rebuild"
             ) from None

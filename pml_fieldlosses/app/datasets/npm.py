@@ -147,12 +147,14 @@ def safe_extract(tarball, dest_dir, select=lambda name: True):
 
 
 def verify_files(root, hashes):
-    """Check that every file of ``hashes`` ({relative name: sha256}) under ``root`` is intact."""
+    """Check that every file of ``hashes`` ({relative name: sha256}) under ``root`` is
+    intact; IntegrityError naming the first that is not, and how to unpack it again."""
+    again = f"delete the folder to fetch the package again: rm -r '{root}'"
     for name, expected in hashes.items():
         path = Path(root) / name
         if not path.is_file():
-            raise IntegrityError(f"{path} is missing")
+            raise IntegrityError(f"{path} is missing; {again}")
         if sha256_file(path) != expected:
             raise IntegrityError(
-                f"{path} was modified: its sha256 differs from the one recorded at unpacking"
+                f"{path} was modified: its sha256 differs from the one recorded at unpacking; {again}"
             )
