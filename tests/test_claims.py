@@ -42,7 +42,11 @@ def test_interval_is_scipys_paired_t_interval(n):
 
 
 def test_direction_decides_reproduced_or_not():
-    above, below, across = Interval(0.02, 0.01, 0.03, 3), Interval(-0.02, -0.03, -0.01, 3), Interval(0, -0.01, 0.01, 3)
+    above, below, across = (
+        Interval(0.02, 0.01, 0.03, 3),
+        Interval(-0.02, -0.03, -0.01, 3),
+        Interval(0, -0.01, 0.01, 3),
+    )
     assert verdict.verdict(above, "greater") == REPRODUCED
     assert verdict.verdict(below, "greater") == NOT_REPRODUCED
     assert verdict.verdict(across, "greater") == INCONCLUSIVE
@@ -86,7 +90,9 @@ def test_no_effect_claims_need_a_narrow_interval():
     eps = verdict.EQUIVALENCE
     assert verdict.verdict(Interval(0.001, -eps / 2, eps / 2, 3), "none") == REPRODUCED
     assert verdict.verdict(Interval(0.0, -3 * eps, 3 * eps, 3), "none") == INCONCLUSIVE
-    assert verdict.verdict(Interval(0.004, 0.002, 0.006, 3), "none") == NOT_REPRODUCED  # small but significant
+    assert (
+        verdict.verdict(Interval(0.004, 0.002, 0.006, 3), "none") == NOT_REPRODUCED
+    )  # small but significant
 
 
 def test_a_claim_is_reproduced_only_when_every_comparison_is():
@@ -135,7 +141,10 @@ def test_a_bad_claim_is_refused_by_its_id(comparison, message):
 
 
 def test_claims_are_chosen_by_id():
-    assert [c.id for c in table.get_claims(["pfml-beats-cpml", "pfml-alpha"])] == ["pfml-alpha", "pfml-beats-cpml"]
+    assert [c.id for c in table.get_claims(["pfml-beats-cpml", "pfml-alpha"])] == [
+        "pfml-alpha",
+        "pfml-beats-cpml",
+    ]
     with pytest.raises(ValueError, match="unknown claim 'nope'"):
         table.get_claims(["nope"])
     dup = table.CLAIMS[0]
@@ -164,7 +173,11 @@ def test_evaluate_pairs_seeds_and_averages_arms():
         return (level, name, seed), RunResult(name, "x", seed, test, 1, 0.5, **kw)
 
     claim = table.Claim(
-        "c", "p", "s", "claim", "exp",
+        "c",
+        "p",
+        "s",
+        "claim",
+        "exp",
         (
             table.Comparison(("A", "B"), ("C",), "greater"),
             table.Comparison(("A",), ("C",), "less", "noise_drop", 0.2),
@@ -217,8 +230,10 @@ def test_a_missing_value_makes_the_comparison_inconclusive_and_is_named(tmp_path
             )
     near = table.Comparison(("PFML",), ("CPML",), "less", "proxy_distance")
     at_three = table.Comparison(("PFML",), ("CPML",), "greater", "val_map_early")
-    claims = [table.Claim("near", "p", "s", "claim", "exp", (near,)),
-              table.Claim("early", "p", "s", "claim", "exp", (at_three,))]
+    claims = [
+        table.Claim("near", "p", "s", "claim", "exp", (near,)),
+        table.Claim("early", "p", "s", "claim", "exp", (at_three,)),
+    ]
     ((complete,), (fine,)) = (e["parts"] for e in evaluate(claims, found, 3, max_epochs=30))
     assert complete["verdict"] == REPRODUCED and complete["missing"] == [] and fine["missing"] == []
 
@@ -232,11 +247,17 @@ def test_a_missing_value_makes_the_comparison_inconclusive_and_is_named(tmp_path
     assert [p["missing"] for p in parts] == [[("CPML", 1)], [("PFML", 0)], [("PFML", 2)]]
     assert all(p["verdict"] == e["verdict"] == INCONCLUSIVE for p, e in zip(parts, evaluated))
     rows = report.comparison_rows(evaluated)
-    assert [row[8] for row in rows] == [f"n/a: no value for {n}" for n in ("CPML seed 1", "PFML seed 0", "PFML seed 2")]
+    assert [row[8] for row in rows] == [
+        f"n/a: no value for {n}" for n in ("CPML seed 1", "PFML seed 0", "PFML seed 2")
+    ]
     report.write_csv(evaluated, "d", tmp_path / "c.csv")
     assert "CPML seed 1" in (tmp_path / "c.csv").read_text()
     warning = missing_warning(evaluated)
-    assert "\n" not in warning and "near proxy_distance: CPML seed 1" in warning and "map map: PFML seed 2" in warning
+    assert (
+        "\n" not in warning
+        and "near proxy_distance: CPML seed 1" in warning
+        and "map map: PFML seed 2" in warning
+    )
     many = [(n, s) for n in ("A", "B") for s in range(3)]
     assert report.missing_text(many) == "A seed 0, A seed 1, A seed 2 and 3 more"
 
@@ -251,7 +272,9 @@ def test_report_folder_depends_on_the_claims_and_the_seeds(tmp_path):
     two = report_folder(config, table.get_claims(["pfml-beats-cpml", "pfml-alpha"]))
     assert len({full, one, two, report_folder(claims_config(out=str(tmp_path), seeds=2))}) == 4
     assert one.name.startswith(full.name + "-pfml-alpha-") and "-pfml-alpha+1-" in two.name
-    assert two == report_folder(config, [table.get_claims(["pfml-beats-cpml"])[0], table.get_claims(["pfml-alpha"])[0]])
+    assert two == report_folder(
+        config, [table.get_claims(["pfml-beats-cpml"])[0], table.get_claims(["pfml-alpha"])[0]]
+    )
 
 
 def test_one_seed_says_no_interval_is_possible(tmp_path):
@@ -275,7 +298,9 @@ def test_one_seed_says_no_interval_is_possible(tmp_path):
 def test_a_name_sets_any_constructor_keyword():
     entry = catalog.get_entry("PFML[alpha=2,proxies_per_class=4]")
     loss = entry.build(10, 16)
-    assert loss.alpha == 2 and loss.proxies.shape == (10, 4, 16) and loss.delta == catalog.LOSSES["PFML"].value
+    assert (
+        loss.alpha == 2 and loss.proxies.shape == (10, 4, 16) and loss.delta == catalog.LOSSES["PFML"].value
+    )
     assert catalog.get_entry("PFML[delta=0.3,repulsion_delta=0.6]").build(10, 16).repulsion_delta == 0.6
     assert catalog.get_entry("MFCont[mf_reg_weight=1]").build(10, 16).mf_reg_weight == 1
     with pytest.raises(ValueError, match=r"takes \[delta=VALUE\].*one of delta, proxies_per_class, alpha"):
@@ -284,14 +309,24 @@ def test_a_name_sets_any_constructor_keyword():
         catalog.get_entry("PFML[alpha=2,alpha=3]")
     with pytest.raises(ValueError, match="alpha='x' is not a number"):
         catalog.get_entry("PFML[alpha=x]")
-    for text in ("nan", "inf", "-inf", "1_0", "0_5", "0x1", "1e", "", "1.5.2"):  # what float() would take or not
+    for text in (
+        "nan",
+        "inf",
+        "-inf",
+        "1_0",
+        "0_5",
+        "0x1",
+        "1e",
+        "",
+        "1.5.2",
+    ):  # what float() would take or not
         with pytest.raises(ValueError, match=rf"'PFML\[alpha={text}\]': alpha='{text}' is not a number"):
             catalog.get_entry(f"PFML[alpha={text}]")
     with pytest.raises(ValueError, match="alpha='1e999' is not a finite number"):
         catalog.get_entry("PFML[alpha=1e999]")
-    assert [catalog.get_entry(f"PFML[alpha={t}]").options for t in ("2", "-2", "0.5", ".5", "5.", "1e-3", "2E+1")] == [
-        (("alpha", v),) for v in (2, -2, 0.5, 0.5, 5.0, 1e-3, 20.0)
-    ]
+    assert [
+        catalog.get_entry(f"PFML[alpha={t}]").options for t in ("2", "-2", "0.5", ".5", "5.", "1e-3", "2E+1")
+    ] == [(("alpha", v),) for v in (2, -2, 0.5, 0.5, 5.0, 1e-3, 20.0)]
     with pytest.raises(ValueError, match="proxies_per_class"):  # the loss's own check, by name
         catalog.get_entry("PFML[proxies_per_class=1.5]").build(10, 16)
     # the claims' extra losses are named but not run by the bench by default
@@ -309,7 +344,11 @@ def test_the_candidates_of_a_name_with_settings_are_names_get_entry_reads():
         candidate = catalog.get_entry(name)
         assert candidate.value == value and dict(candidate.options) == {"alpha": 2, "proxies_per_class": 4}
         assert candidate.variant(value) == name
-    assert catalog.LOSSES["CosFace"].candidates() == ["CosFace[margin=0.35]", "CosFace[margin=0.175]", "CosFace[margin=0.7]"]
+    assert catalog.LOSSES["CosFace"].candidates() == [
+        "CosFace[margin=0.35]",
+        "CosFace[margin=0.175]",
+        "CosFace[margin=0.7]",
+    ]
     # a value :g would round is written in full, so that it names the same run
     assert catalog.get_entry("PFML[alpha=0.1234567]").variant(0.3) == "PFML[alpha=0.1234567,delta=0.3]"
     assert catalog.get_entry("PFML").variant(1 / 3) == f"PFML[delta={1 / 3!r}]"
@@ -393,7 +432,9 @@ def test_claims_end_to_end_report_and_resume(folder, tmp_path, capsys, monkeypat
     assert cli.main(subset) == 0
     assert "resuming: 4 of 4 runs" in capsys.readouterr().err
     (other,) = set((tmp_path / "out").glob("claims-*")) - {report}
-    assert [c["id"] for c in json.loads((other / "summary.json").read_text())["claims"]] == ["pfml-beats-cpml"]
+    assert [c["id"] for c in json.loads((other / "summary.json").read_text())["claims"]] == [
+        "pfml-beats-cpml"
+    ]
     assert json.loads((report / "summary.json").read_text())["claims"] == summary["claims"]
     assert len(json.loads((report / "wall_time.json").read_text())["invocations"]) == 2
 
@@ -417,3 +458,36 @@ def test_cli_refuses_too_few_epochs_for_the_early_validation_map(tmp_path, capsy
     assert "--epochs 2 is below 3: claim mf-converge-faster" in err and err.count("\n") == 1
     assert cli.main(argv) == 2  # all claims: mf-converge-faster among them
     assert not list(tmp_path.iterdir())
+
+
+def test_a_claim_figure_that_cannot_be_drawn_is_skipped_and_the_report_written(tmp_path, capsys, monkeypatch):
+    """The tables and summary come first; a figure that fails is named with why, in a warning
+    and in README.md, and the other figures are drawn."""
+    from pml_fieldlosses.app.claims import claims_config, plots
+
+    test = {"mean_average_precision_at_r": 0.2, "precision_at_1": 0, "r_precision": 0}
+    found = {(0.0, n, s): RunResult(n, "ours", s, dict(test), 5, 0.5) for n in ("A", "B") for s in range(3)}
+    claims = [
+        table.Claim(i, "p", "s", "claim", "exp", (table.Comparison(("A",), ("B",), "greater"),))
+        for i in ("c1", "c2")
+    ]
+    evaluated = evaluate(claims, found, 3, max_epochs=30)
+    real = plots.claim_figure
+
+    def fails_for_c1(e, runs, seeds, path):
+        if e["claim"].id == "c1":
+            raise ValueError("cannot draw\nthis one")
+        real(e, runs, seeds, path)
+
+    monkeypatch.setattr(plots, "claim_figure", fails_for_c1)
+    info = {"data": "d", "folders": {0.0: "f"}, "runs": 6, "wall_seconds": 1.0, "invocations": 1}
+    made = report.write(evaluated, found, claims_config(seeds=3), info, tmp_path)
+    assert made == {"c2": "plots/c2.png"} and (tmp_path / "plots" / "c2.png").stat().st_size > 0
+    assert (
+        "warning: figure plots/c1.png skipped: ValueError: cannot draw this one\n" in capsys.readouterr().err
+    )
+    text = (tmp_path / "README.md").read_text()
+    assert "Figures not drawn: `plots/c1.png` (ValueError: cannot draw this one)." in text
+    assert "![c2](plots/c2.png)" in text and "![c1]" not in text
+    assert json.loads((tmp_path / "summary.json").read_text())["claims"][0]["id"] == "c1"
+    assert (tmp_path / "comparisons.csv").read_text().count("\n") == 3

@@ -1,8 +1,12 @@
 """``pml-fieldlosses bench``: every loss of the config and the untrained row, with every
-seed, through the pipeline; then the report (results.csv, the figures, README.md,
-summary.json) and the table on the terminal."""
+seed, through the pipeline; then the report (results.csv, summary.json, README.md, then
+the figures) and the table on the terminal.
 
-import contextlib
+The results folder is the command's alone while it runs (pipeline.hold_folders: a second
+command on it stops at once, naming the process that holds it). The table and summary
+are written before the figures, so that a figure that cannot be drawn costs only itself
+(figures.py); every file is written whole or not at all."""
+
 import sys
 import time
 
@@ -11,7 +15,7 @@ import numpy as np
 from ..datasets import DATASETS, SOURCE_LICENSES
 from . import report
 from .figures import make_plots
-from .pipeline import Part, prepare_part, wall_time
+from .pipeline import Part, hold_folders, prepare_part, report_log, wall_time
 from .result import write_json
 
 
@@ -20,12 +24,13 @@ def run_bench(config, file=None):
     file = file or sys.stderr
     start = time.perf_counter()
     part = Part(config)
-    print(f"pml-fieldlosses bench -> {part.folder}", file=file)
-    prepared = prepare_part(part, file)
-    # the wall time is recorded in the folder once its protocol is checked (a folder of other
-    # settings is left alone); it counts from the start of this invocation
-    with wall_time(part.folder, start) as clock:
-        return write_report(prepared, prepared.run(file), clock, file)
+    with hold_folders([part.folder], file):
+        print(f"pml-fieldlosses bench -> {part.folder}", file=file)
+        prepared = prepare_part(part, file)
+        # the wall time is recorded in the folder once its protocol is checked (a folder of other
+        # settings is left alone); it counts from the start of this invocation
+        with wall_time(part.folder, start, file) as clock:
+            return write_report(prepared, prepared.run(file), clock, file)
 
 
 def write_report(prepared, results, clock, file):
@@ -48,10 +53,11 @@ def write_report(prepared, results, clock, file):
         "licenses": {v: SOURCE_LICENSES[v] for v in set(dataset.sources) if v in SOURCE_LICENSES},
     }
     report.write_csv(rows, out_dir / "results.csv")
-    with open(out_dir / "report_log.txt", "w") as log, contextlib.redirect_stderr(log):
-        made = make_plots(results, rows, dataset, inputs, config, out_dir, file)
-    report.write_markdown(rows, out_dir / "README.md", config, info, made)
     write_json(out_dir / "summary.json", {"rows": rows, "info": info})
+    report.write_markdown(rows, out_dir / "README.md", config, info, [])  # the figures come next
+    with report_log(out_dir):
+        figures = make_plots(results, rows, dataset, inputs, config, out_dir, file)
+    report.write_markdown(rows, out_dir / "README.md", config, info, figures.made, figures.skipped)
     print("\n" + report.text_table(rows), file=sys.stdout)
     print(f"\nreport: {out_dir / 'README.md'}", file=sys.stdout)
     return rows

@@ -6,13 +6,14 @@ prepared (the data loaded, the folder's protocol.json checked, the split made, t
 computed, every loss built once), then its runs go to the backend (the local process pool,
 or Ray) through runs.run_all, which reads back the runs a killed invocation finished. The
 wall time of an invocation is summed over the invocations on a folder (its wall_time.json),
-however the invocation ends.
+however the invocation ends. A results folder is one command's at a time (hold_folders).
 
 start = time.perf_counter()
 part = Part(config)  # every loss and seed of config, with the untrained row
-prepared = prepare_part(part, sys.stderr)
-with wall_time(part.folder, start) as clock:
-    results = prepared.run(sys.stderr)
+with hold_folders([part.folder], sys.stderr):
+    prepared = prepare_part(part, sys.stderr)
+    with wall_time(part.folder, start, sys.stderr) as clock:
+        results = prepared.run(sys.stderr)
 
 benchmark.py (bench), selection.py (select) and app.claims drive it; it knows none of them.
 """
@@ -30,11 +31,15 @@ import torch
 
 from ..catalog import get_entry
 from ..datasets import load_dataset
+from ..errors import FileFault, file_fault
 from . import scheduler
 from .features import prepare_inputs
+from .lock import hold_folders
 from .protocol import make_split
 from .result import BenchFileError, add_wall_time, earlier_wall_times, read_json, write_json
 from .runs import run_all
+
+__all__ = ["Part", "hold_folders", "prepare_part", "report_log", "run_plan", "wall_time"]
 
 
 @dataclass(frozen=True)
@@ -125,7 +130,10 @@ def prepare(config, out_dir, file, selection=False):
     t = time.perf_counter()
     dataset = load_data(config)
     data_seconds = time.perf_counter() - t
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise file_fault(e, out_dir, "creating the results folder") from e
     check_or_write_protocol(out_dir, config.protocol(selected=not selection), dataset.fingerprint())
     split = make_split(dataset, config.val_fraction)
     print(
@@ -153,7 +161,7 @@ def check_or_write_protocol(out_dir, protocol, data_fingerprint):
                 f"{e}; use another --out, or delete the folder (rm -r '{out_dir}')"
             ) from None
         if saved != json.loads(json.dumps(protocol)):
-            raise RuntimeError(
+            raise FileFault(
                 f"{out_dir} holds results of other settings or other data; use another --out or delete it"
             )
         return
@@ -177,18 +185,39 @@ class Clock:
 
 
 @contextlib.contextmanager
-def wall_time(folder, start):
+def wall_time(folder, start, file=None):
     """Sum this invocation (from ``start``, a time.perf_counter) with the earlier ones in
     ``folder``'s wall_time.json, however the block ends: an interrupted or failed
-    invocation's time counts too. The earlier ones are read first, so that a bad file
+    invocation's time counts too (if the file cannot be written then, a warning says so
+    and the first error goes on). The earlier ones are read first, so that a bad file
     fails now, not after the runs. Yields a Clock; prints the sums when the block succeeds."""
     clock = Clock(start, earlier_wall_times(folder))
     try:
         yield clock
-    finally:
-        seconds = time.perf_counter() - start
-        total, invocations = add_wall_time(folder, seconds)
+    except BaseException:
+        try:
+            add_wall_time(folder, time.perf_counter() - start)
+        except FileFault as e:
+            print(f"warning: this invocation's wall time is not counted: {e}", file=file or sys.stderr)
+        raise
+    seconds = time.perf_counter() - start
+    total, invocations = add_wall_time(folder, seconds)
     print(
         f"wall time: {seconds:.0f} s ({invocations} invocation(s) on this folder: {total:.0f} s)",
         file=sys.stdout,
     )
+
+
+@contextlib.contextmanager
+def report_log(folder):
+    """Send what the libraries print while the report is drawn to ``folder``/report_log.txt."""
+    path = folder / "report_log.txt"
+    try:
+        log = open(path, "w")
+    except OSError as e:
+        raise file_fault(e, path, "writing the report's log") from e
+    try:
+        with log, contextlib.redirect_stderr(log):
+            yield
+    except OSError as e:  # the log's own writes, or a library's file (a figure's are FileFaults)
+        raise file_fault(e, e.filename or path, "writing the report") from e

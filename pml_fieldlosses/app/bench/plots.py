@@ -1,4 +1,5 @@
-"""The report's figures (matplotlib, no display needed)."""
+"""The report's figures (matplotlib, no display needed), each written whole or not at all
+(errors.atomic_write)."""
 
 import math
 
@@ -10,7 +11,18 @@ import numpy as np
 import torch
 from pytorch_metric_learning.utils.inference import FaissKNN
 
+from ..errors import atomic_write
 from .result import UNTRAINED
+
+
+def save(fig, path, **options):
+    """Write ``fig`` as a PNG to ``path`` atomically and close it; a FileFault names the file
+    when the file system refuses."""
+    try:
+        with atomic_write(path, "wb", doing="writing the figure") as f:
+            fig.savefig(f, format="png", **options)
+    finally:
+        plt.close(fig)
 
 
 def learning_curves(results, path):
@@ -40,8 +52,7 @@ def learning_curves(results, path):
     if names:
         axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
 
 
 def time_per_epoch(results, path):
@@ -57,8 +68,7 @@ def time_per_epoch(results, path):
     ax.set_xlabel("training seconds per epoch")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
 
 
 def nearest(embeddings, queries, k):
@@ -104,8 +114,7 @@ def retrieval_grid(images, labels, embeddings, path, num_queries=8, k=5, seed=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
     fig.tight_layout(pad=0.2)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path, dpi=100)
 
 
 def embedding_map(labels, embeddings, path, num_classes=20, seed=0):
@@ -120,6 +129,11 @@ def embedding_map(labels, embeddings, path, num_classes=20, seed=0):
     fig, axes = plt.subplots(1, len(embeddings), figsize=(4.2 * len(embeddings), 4.2), squeeze=False)
     for ax, (title, e) in zip(axes[0], embeddings.items()):
         points = np.asarray(e, dtype=np.float32)[mask]
+        if not np.isfinite(points).all() or np.ptp(points, axis=0).max(initial=0) == 0:
+            plt.close(fig)
+            raise ValueError(
+                f"the test embeddings of {title} are all one point (or not finite): t-SNE cannot place them"
+            )
         perplexity = max(2.0, min(15.0, (len(points) - 1) / 3))
         tsne = TSNE(2, perplexity=perplexity, init="pca", method="exact", random_state=seed)
         xy = tsne.fit_transform(points)
@@ -129,5 +143,4 @@ def embedding_map(labels, embeddings, path, num_classes=20, seed=0):
         ax.set_yticks([])
     fig.suptitle(f"t-SNE of the test embeddings ({len(classes)} test classes, colour = class)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)

@@ -12,8 +12,10 @@ import numpy as np
 import torch
 
 from .. import backbones
-from ..catalog import default_losses, get_entry, hyperparameters
+from ..catalog import default_losses, hyperparameters
 from ..datasets import DATASETS
+from ..errors import UsageError
+from .result import canonical_name
 
 # bump when a change of the code changes the results of the same settings
 PROTOCOL_VERSION = 2
@@ -57,29 +59,33 @@ class BenchConfig:
     def __post_init__(self):
         self.losses = tuple(self.losses)
         if self.seeds < 1:
-            raise ValueError(f"--seeds must be >= 1, got {self.seeds}")
+            raise UsageError(f"--seeds must be >= 1, got {self.seeds}")
         if self.epochs < 1:
-            raise ValueError(f"--epochs must be >= 1, got {self.epochs}")
+            raise UsageError(f"--epochs must be >= 1, got {self.epochs}")
         if self.embedding_size < 2:
-            raise ValueError(f"--embedding-size must be >= 2, got {self.embedding_size}")
+            raise UsageError(f"--embedding-size must be >= 2, got {self.embedding_size}")
         if self.image_size < 16:
-            raise ValueError(f"--image-size must be >= 16, got {self.image_size}")
+            raise UsageError(f"--image-size must be >= 16, got {self.image_size}")
         if not 0 <= self.label_noise < 1:
-            raise ValueError(f"--label-noise must be in [0, 1), got {self.label_noise}")
+            raise UsageError(f"--label-noise must be in [0, 1), got {self.label_noise}")
         if not 0 < self.val_fraction < 1:
-            raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
+            raise UsageError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
         if self.lr_decay_epochs < 1 or not 0 < self.lr_decay <= 1:
-            raise ValueError("lr_decay_epochs must be >= 1 and lr_decay in (0, 1]")
+            raise UsageError("lr_decay_epochs must be >= 1 and lr_decay in (0, 1]")
         if self.grad_clip < 0:
-            raise ValueError(f"grad_clip must be >= 0 (0: no clipping), got {self.grad_clip}")
+            raise UsageError(f"grad_clip must be >= 0 (0: no clipping), got {self.grad_clip}")
         if self.batch_size % self.m_per_class:
-            raise ValueError("batch_size must be a multiple of m_per_class")
+            raise UsageError("batch_size must be a multiple of m_per_class")
         backbones.get_backbone(self.backbone)
-        for name in self.losses:
-            get_entry(name)  # an unknown name fails now, not after the data is built
-        twice = sorted({name for name in self.losses if self.losses.count(name) > 1})
+        # an unknown name fails now, not after the data is built; two spellings of one
+        # setting (PFML[delta=.5], PFML[delta=0.5]) are one loss, trained in one folder
+        canonical = [canonical_name(name) for name in self.losses]
+        twice = sorted({name for name, c in zip(self.losses, canonical) if canonical.count(c) > 1})
         if twice:
-            raise ValueError(f"--losses names {', '.join(twice)} more than once; give each loss once")
+            raise UsageError(
+                f"--losses names {', '.join(twice)} more than once (one setting, however written); "
+                "give each loss once"
+            )
 
     def protocol(self, selected=True):
         """The settings that define the results; with the losses' selected

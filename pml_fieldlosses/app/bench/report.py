@@ -1,11 +1,14 @@
-"""The results table: terminal text, Markdown and CSV."""
+"""The results table: terminal text, Markdown and CSV, each file written whole or not at
+all (errors.atomic_write)."""
 
 import csv
+import io
 import math
 
 import numpy as np
 
 from ..catalog import get_entry
+from ..errors import atomic_write
 from ..stats import mean_ci
 from .metrics import METRICS, PRIMARY
 from .result import UNTRAINED
@@ -76,20 +79,22 @@ def write_csv(rows, path):
     for metric in METRICS:
         fields += [metric, metric + "_ci95"]
     fields += ["gain_map_at_r_vs_untrained", "epochs_to_best_val", "seconds_per_epoch", "seconds_per_run"]
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(fields)
-        for r in rows:
-            values = [r["loss"], r["origin"], r["seeds"]]
-            for metric in METRICS:
-                values += [f"{r[metric]:.5f}", f"{r[metric + '_ci']:.5f}"]
-            values += [
-                f"{r['gain']:.5f}",
-                f"{r['best_epoch']:.2f}",
-                f"{r['seconds_per_epoch']:.4f}",
-                f"{r['run_seconds']:.2f}",
-            ]
-            writer.writerow(values)
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(fields)
+    for r in rows:
+        values = [r["loss"], r["origin"], r["seeds"]]
+        for metric in METRICS:
+            values += [f"{r[metric]:.5f}", f"{r[metric + '_ci']:.5f}"]
+        values += [
+            f"{r['gain']:.5f}",
+            f"{r['best_epoch']:.2f}",
+            f"{r['seconds_per_epoch']:.4f}",
+            f"{r['run_seconds']:.2f}",
+        ]
+        writer.writerow(values)
+    with atomic_write(path, "wb", doing="writing the table") as f:
+        f.write(text.getvalue().encode())
 
 
 def hyperparameter_text(name):
@@ -100,8 +105,9 @@ def hyperparameter_text(name):
     return f"{name} {entry.tuned}={entry.value:g}"
 
 
-def write_markdown(rows, path, config, info, plots):
-    """The report: settings, the table, how to read it, the plots."""
+def write_markdown(rows, path, config, info, plots, skipped=()):
+    """The report: settings, the table, how to read it, the plots ([(title, file name)]),
+    and the figures that could not be drawn ([(file name, why)])."""
     noise = f", {config.label_noise:.0%} of the training labels corrupted" if config.label_noise else ""
     lines = [
         "# pml-fieldlosses bench",
@@ -132,6 +138,8 @@ def write_markdown(rows, path, config, info, plots):
     ]
     for title, name in plots:
         lines += [f"## {title}", "", f"![{title}]({name})", ""]
+    if skipped:
+        lines += ["Figures not drawn: " + "; ".join(f"`{name}` ({why})" for name, why in skipped) + ".", ""]
     lines += [
         "Files: `results.csv` (this table), `runs/<loss>/seed<k>/` (result.json, record-keeper records, "
         "log, best models), `tensorboard/` (`tensorboard --logdir tensorboard`).",
@@ -139,4 +147,5 @@ def write_markdown(rows, path, config, info, plots):
     ]
     if info.get("licenses"):
         lines += ["Image licences: " + "; ".join(sorted(set(info["licenses"].values()))) + ".", ""]
-    path.write_text("\n".join(lines))
+    with atomic_write(path, doing="writing the report") as f:
+        f.write("\n".join(lines))

@@ -15,10 +15,11 @@ from pytorch_metric_learning.utils import common_functions as c_f
 from pytorch_metric_learning.utils import logging_presets
 
 from .. import catalog
+from ..errors import ADVICE, FileFault, atomic_write
 from . import metrics
 from .features import ArrayDataset
 from .protocol import training_labels
-from .result import RunResult
+from .result import RunResult, file_system_fault
 
 MODEL_KEYS = ("trunk", "embedder", "metric_loss")
 
@@ -171,24 +172,26 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, report=
         end_of_iteration_hook=timing.end_of_iteration,
         end_of_epoch_hook=timing.end_of_epoch_hook,
     )
-    trainer.train(num_epochs=config.epochs)
-    best_epoch, best_val = hooks.get_best_epoch_and_accuracy(tester, "val")
-    history = hooks.get_accuracy_history(tester, "val", return_all_metrics=True)
-    results = distance = None
-    if test:
-        hooks.load_latest_saved_models(trainer, str(model_dir), device, best=True)
-        tester.test(
-            {"test": inputs.eval_dataset("test")},
-            best_epoch,
-            trunk,
-            embedder,
-            splits_to_eval=[("test", ["test"])],
-            collate_fn=inputs.eval_collate,
-        )
-        results = metrics.level0(tester.all_accuracies["test"])
-        if seed == 0:
-            save_embeddings(run_dir / "test_embeddings.npz", tester, inputs, trunk, embedder)
-        distance = proxy_distance(loss, tester, inputs, trunk, embedder)
+    with closed_on_error(writer):
+        trainer.train(num_epochs=config.epochs)
+        best_epoch, best_val = hooks.get_best_epoch_and_accuracy(tester, "val")
+        history = hooks.get_accuracy_history(tester, "val", return_all_metrics=True)
+        results = distance = None
+        if test:
+            check_best_models(hooks, trainer, model_dir, best_epoch)
+            hooks.load_latest_saved_models(trainer, str(model_dir), device, best=True)
+            tester.test(
+                {"test": inputs.eval_dataset("test")},
+                best_epoch,
+                trunk,
+                embedder,
+                splits_to_eval=[("test", ["test"])],
+                collate_fn=inputs.eval_collate,
+            )
+            results = metrics.level0(tester.all_accuracies["test"])
+            if seed == 0:
+                save_embeddings(run_dir / "test_embeddings.npz", tester, inputs, trunk, embedder)
+            distance = proxy_distance(loss, tester, inputs, trunk, embedder)
     if writer is not None:
         writer.close()
     keep_best_models(model_dir, best_epoch)
@@ -212,6 +215,33 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, report=
         run_seconds=time.perf_counter() - start,
         proxy_distance=distance,
     )
+
+
+@contextlib.contextmanager
+def closed_on_error(writer):
+    """Close the tensorboard ``writer`` (and its thread) if the block fails, while the run's
+    log still takes what it prints; the block's error goes on."""
+    try:
+        yield
+    except BaseException:
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                writer.close()
+        raise
+
+
+def check_best_models(hooks, trainer, model_dir, best_epoch):
+    """PML's hooks only log a warning when a model cannot be saved (a read-only folder, a
+    full disk), and then load no model or another epoch's: the files of the best epoch must
+    all be there before that model is tested, else a FileFault names the first one missing."""
+    suffix = f"best{best_epoch}"
+    for objects in (getattr(trainer, name, {}) for name in hooks.saveable_trainer_objects):
+        for key in objects:
+            path = Path(c_f.modelpath_creator(str(model_dir), key, suffix))
+            if not path.is_file():
+                code = file_system_fault(model_dir)
+                why = ADVICE[code] if code else "the file system refused it (log.txt says why)"
+                raise FileFault(f"{path}, the model of the best epoch, was not saved: {why}")
 
 
 def proxy_distance(loss, tester, inputs, trunk, embedder):
@@ -251,13 +281,14 @@ def proxy_distance(loss, tester, inputs, trunk, embedder):
 
 
 def save_embeddings(path, tester, inputs, trunk, embedder):
-    """Normalised test embeddings (float16) for the report's figures."""
+    """Normalised test embeddings (float16) for the report's figures, written whole or not at all."""
     embeddings, labels = tester.get_all_embeddings(
         inputs.eval_dataset("test"), trunk, embedder, collate_fn=inputs.eval_collate
     )
-    np.savez_compressed(
-        path, embeddings=embeddings.cpu().numpy().astype(np.float16), labels=labels.cpu().numpy()[:, 0]
-    )
+    with atomic_write(path, "wb", doing="writing the test embeddings") as f:
+        np.savez_compressed(
+            f, embeddings=embeddings.cpu().numpy().astype(np.float16), labels=labels.cpu().numpy()[:, 0]
+        )
 
 
 def keep_best_models(model_dir, best_epoch):

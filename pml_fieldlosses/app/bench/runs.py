@@ -1,8 +1,16 @@
 """All the runs of a benchmark: which to do, which finished (a killed benchmark
 resumes), each run into its folder, spread over the scheduler's workers, with
-progress and an estimate of the time left on the terminal."""
+progress and an estimate of the time left on the terminal.
+
+A run is finished when its folder holds a valid result.json (written last, atomically)
+of the same loss setting and seed, and, for a tested seed-0 run, valid test embeddings;
+anything else (a killed run, a half-written or damaged file) is named in a warning and
+the run trained again. A run's folder is named by its loss's canonical name
+(result.run_name), so two settings never share one. A file-system fault in a run (a full
+disk, a read-only folder) stops the command with a FileFault naming the path."""
 
 import dataclasses
+import os
 import shutil
 import sys
 import time
@@ -12,13 +20,24 @@ from pathlib import Path
 import torch
 import tqdm
 
+from ..errors import FileFault, file_fault
 from . import scheduler
 from .baseline import evaluate_untrained
 from .protocol import number_of_workers
-from .result import UNTRAINED, BenchFileError, RunResult, run_folder, safe_name
+from .result import (
+    UNTRAINED,
+    BenchFileError,
+    RunResult,
+    canonical_name,
+    file_system_fault,
+    legacy_run_folder,
+    read_embeddings,
+    run_folder,
+    run_name,
+)
 from .run import run_log, train_one
 
-__all__ = ["UNTRAINED", "RunResult", "run_all", "run_folder", "safe_name", "train_one"]
+__all__ = ["UNTRAINED", "RunResult", "run_all", "run_folder", "run_name", "train_one"]
 
 
 @dataclass(frozen=True)
@@ -40,21 +59,32 @@ def execute_run(shared, job, report=None):
     name, seed = job
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    run_dir = run_folder(shared.out_dir, name, seed)
     try:
-        run_dir = run_folder(shared.out_dir, name, seed)
         shutil.rmtree(run_dir, ignore_errors=True)
         run_dir.mkdir(parents=True)
         with run_log(run_dir / "log.txt"):
             if name == UNTRAINED:
                 result = evaluate_untrained(seed, shared.inputs, shared.config)
             else:
-                tensorboard_dir = Path(shared.out_dir) / "tensorboard" / safe_name(name) / f"seed{seed}"
+                tensorboard_dir = Path(shared.out_dir) / "tensorboard" / run_name(name) / f"seed{seed}"
                 shutil.rmtree(tensorboard_dir, ignore_errors=True)
                 result = train_one(
                     name, seed, shared.inputs, shared.config, run_dir, tensorboard_dir, report, shared.test
                 )
         result.write(run_dir / "result.json")
         return result
+    except OSError as e:  # the run's own files: records, logs, models, embeddings
+        raise file_fault(e, e.filename or run_dir, f"training {name} seed {seed}: writing") from e
+    except FileFault:
+        raise
+    except Exception as e:
+        # a library's write failing in its own words (torch.save, sqlite): named by the folder
+        code = file_system_fault(run_dir)
+        if code is None:
+            raise
+        fault = OSError(code, os.strerror(code))
+        raise file_fault(fault, run_dir, f"training {name} seed {seed}: writing in") from e
     finally:
         torch.set_num_threads(threads)
 
@@ -71,23 +101,60 @@ def all_jobs(config, frozen_untrained):
     return [(UNTRAINED, seed) for seed in untrained_seeds] + seed_major(config)
 
 
-def finished(out_dir, jobs, file):
-    """{job: RunResult} of the jobs whose result.json exists; a bad one is named and its run redone."""
+def finished(out_dir, jobs, file, test_labels=None):
+    """{job: RunResult} of the jobs whose run finished (see the module's docstring); a bad
+    one is named and its run redone. ``test_labels``: the test split's labels, which a
+    tested run's embeddings must have."""
     done = {}
     for job in jobs:
-        path = run_folder(out_dir, *job) / "result.json"
-        if not path.exists():
-            continue
-        try:
-            result = RunResult.read(path)
-        except BenchFileError as e:
-            print(f"warning: {e}; running {job[0]} seed {job[1]} again", file=file)
-            continue
-        if (result.loss, result.seed) != tuple(job):
-            print(f"warning: {path} holds {result.loss} seed {result.seed}; running it again", file=file)
-            continue
-        done[tuple(job)] = result
+        name, seed = job
+        folder = run_folder(out_dir, name, seed)
+        if not (folder / "result.json").exists():
+            move_legacy_run(out_dir, name, seed, file)
+        result, problem = read_run(folder, name, seed, test_labels)
+        if problem:
+            print(f"warning: {problem}; running {name} seed {seed} again", file=file)
+        elif result is not None:
+            # the same setting may be written another way (PFML[delta=.5] for PFML[delta=0.5])
+            done[tuple(job)] = dataclasses.replace(result, loss=name)
     return done
+
+
+def read_run(folder, name, seed, test_labels=None):
+    """(the RunResult of (``name``, ``seed``) finished in ``folder``, None) or (None, what
+    is wrong with it); (None, None) when there is no result.json."""
+    path = folder / "result.json"
+    if not path.exists():
+        return None, None
+    try:
+        result = RunResult.read(path)
+    except BenchFileError as e:
+        return None, str(e)
+    if (canonical_name(result.loss), result.seed) != (canonical_name(name), seed):
+        return None, f"{path} holds {result.loss} seed {result.seed}"
+    if result.test is not None and result.seed == 0 and result.loss != UNTRAINED and test_labels is not None:
+        embeddings = folder / "test_embeddings.npz"
+        try:
+            if read_embeddings(embeddings, len(test_labels), test_labels, finite=False) is None:
+                return None, f"{embeddings} is missing"
+        except BenchFileError as e:
+            return None, str(e)
+    return result, None
+
+
+def move_legacy_run(out_dir, name, seed, file):
+    """Move a finished run of (``name``, ``seed``) from the folder earlier versions named it
+    by (result.legacy_run_folder) to its folder now, if it is there and of the same setting."""
+    legacy, folder = legacy_run_folder(out_dir, name, seed), run_folder(out_dir, name, seed)
+    if legacy == folder or read_run(legacy, name, seed)[0] is None:
+        return
+    try:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(legacy, folder)
+    except OSError as e:
+        raise file_fault(e, legacy, f"moving the finished run {name} seed {seed} to {folder} from") from e
+    print(f"{name} seed {seed}: moved from {legacy} to {folder}", file=file)
 
 
 class Progress:
@@ -151,7 +218,8 @@ def run_all(inputs, config, out_dir, file=None, jobs=None, test=True, backend=sc
     out_dir = Path(out_dir)
     frozen = getattr(inputs, "seed_independent", False)
     jobs = [tuple(job) for job in (jobs if jobs is not None else all_jobs(config, frozen))]
-    done = finished(out_dir, jobs, file)
+    split = getattr(inputs, "split", None)
+    done = finished(out_dir, jobs, file, None if split is None else split.test_labels)
     todo = [job for job in jobs if job not in done]
     if done:
         print(f"resuming: {len(done)} of {len(jobs)} runs already finished in {out_dir}", file=file)

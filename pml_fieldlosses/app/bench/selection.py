@@ -8,14 +8,17 @@ pml-fieldlosses select                                # every loss, default data
 pml-fieldlosses select --losses PFML,CPML --data PATH
 
 It prints the table and the ``SELECTED`` dict to put in pml_fieldlosses/app/catalog.py.
+The selection's folder is the command's alone while it runs (pipeline.hold_folders), and
+selection.json is written whole or not at all.
 """
 
-import json
 import sys
 import time
 
 from ..catalog import get_entry
-from .pipeline import Part, prepare_part
+from ..errors import UsageError
+from .pipeline import Part, hold_folders, prepare_part
+from .result import write_json
 
 SELECTION_SEED = 1000
 
@@ -28,8 +31,17 @@ def select(config, file=None):
     entries = selectable_entries(config.losses)
     jobs = [(name, SELECTION_SEED) for entry in entries for name in entry.candidates()]
     part = Part(config, jobs, selection=True)
-    print(f"hyperparameter selection -> {part.folder}", file=file)
-    results = {r["loss"]: r for r in prepare_part(part, file).run(file)}
+    with hold_folders([part.folder], file):
+        print(f"hyperparameter selection -> {part.folder}", file=file)
+        results = {r["loss"]: r for r in prepare_part(part, file).run(file)}
+        table = selection_table(entries, results)
+        write_json(part.folder / "selection.json", table)
+    return table
+
+
+def selection_table(entries, results):
+    """{loss: [(value, best validation MAP@R, best epoch, seconds), ...]} of ``results``
+    ({candidate name: RunResult}), in grid order."""
     table = {}
     for entry in entries:
         table[entry.name] = [
@@ -41,7 +53,6 @@ def select(config, file=None):
             )
             for value, name in zip(entry.grid, entry.candidates())
         ]
-    (part.folder / "selection.json").write_text(json.dumps(table, indent=1))
     return table
 
 
@@ -51,7 +62,7 @@ def selectable_entries(names):
     entries = [get_entry(name) for name in names]
     fixed = [e.name for e in entries if e.tuned in _keys_set_in(e.name)]
     if fixed:
-        raise ValueError(
+        raise UsageError(
             f"select tries every value of each loss's tuned hyperparameter itself: do not set it in "
             f"the name ({', '.join(fixed)}); other settings are kept, e.g. PFML[alpha=2]"
         )

@@ -1,5 +1,6 @@
 """One figure per claim: what was measured (each arm per seed, or MAP@R against
-label noise) and each comparison's paired difference with its 95 % interval."""
+label noise) and each comparison's paired difference with its 95 % interval, written
+whole or not at all (bench.plots.save)."""
 
 import math
 
@@ -9,6 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..bench.plots import save
 from ..stats import mean_ci
 from .measures import arm_values, measure
 from .table import MEASURES
@@ -92,5 +94,4 @@ def claim_figure(evaluated, runs, seeds, path):
     _draw_forest(axes[-1], evaluated)
     fig.suptitle(f"{claim.id}: {evaluated['verdict']} — {claim.claim}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path, dpi=100)

@@ -1,11 +1,19 @@
 """The claims report: the verdict table (terminal and Markdown), the
-comparisons (CSV), summary.json and a figure per claim."""
+comparisons (CSV), summary.json and a figure per claim.
 
-import contextlib
+The tables and summary are written first, each whole or not at all (errors.atomic_write);
+the figures come last: one that cannot be drawn is skipped with a one-line warning naming
+it and why, which README.md repeats."""
+
 import csv
+import io
 import math
+import sys
 
+from ..bench.figures import Figures
+from ..bench.pipeline import report_log
 from ..bench.result import write_json
+from ..errors import atomic_write, file_fault
 from .measures import summary
 from .table import MEASURES
 from .verdict import EQUIVALENCE, RULE
@@ -141,26 +149,28 @@ def text_table(evaluated, config, data):
 
 def write_csv(evaluated, data, path):
     """Every comparison, numbers unformatted, with the data set's name (one file per data set)."""
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(
-            ["data", "claim", "a", "b", "measure", "noise", "direction", "a_mean", "b_mean"]
-            + ["difference", "ci95_low", "ci95_high", "seeds", "censored_runs", "missing", "verdict"]
-            + ["claim_verdict"]
-        )
-        for e in evaluated:
-            for p in e["parts"]:
-                c, interval = p["comparison"], p["interval"]
-                writer.writerow(
-                    [data, e["claim"].id, " + ".join(c.a), " + ".join(c.b), c.measure, c.noise, c.direction]
-                    + [f"{sum(p['a']) / len(p['a']):.5f}", f"{sum(p['b']) / len(p['b']):.5f}"]
-                    + [f"{interval.mean:.5f}", f"{interval.low:.5f}", f"{interval.high:.5f}", interval.n]
-                    + [p["censored"], "; ".join(f"{name} seed {s}" for name, s in p["missing"])]
-                    + [p["verdict"], e["verdict"]]
-                )
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(
+        ["data", "claim", "a", "b", "measure", "noise", "direction", "a_mean", "b_mean"]
+        + ["difference", "ci95_low", "ci95_high", "seeds", "censored_runs", "missing", "verdict"]
+        + ["claim_verdict"]
+    )
+    for e in evaluated:
+        for p in e["parts"]:
+            c, interval = p["comparison"], p["interval"]
+            writer.writerow(
+                [data, e["claim"].id, " + ".join(c.a), " + ".join(c.b), c.measure, c.noise, c.direction]
+                + [f"{sum(p['a']) / len(p['a']):.5f}", f"{sum(p['b']) / len(p['b']):.5f}"]
+                + [f"{interval.mean:.5f}", f"{interval.low:.5f}", f"{interval.high:.5f}", interval.n]
+                + [p["censored"], "; ".join(f"{name} seed {s}" for name, s in p["missing"])]
+                + [p["verdict"], e["verdict"]]
+            )
+    with atomic_write(path, "wb", doing="writing the comparisons") as f:
+        f.write(text.getvalue().encode())
 
 
-def write_markdown(evaluated, config, info, plots, path):
+def write_markdown(evaluated, config, info, plots, path, skipped=()):
     seeds_note = ""
     if config.seeds == 1:
         seeds_note = " With 1 seed no interval can be computed: every comparison is inconclusive."
@@ -204,6 +214,8 @@ def write_markdown(evaluated, config, info, plots, path):
         ]
         if claim.id in plots:
             lines += [f"![{claim.id}]({plots[claim.id]})", ""]
+    if skipped:
+        lines += ["Figures not drawn: " + "; ".join(f"`{name}` ({why})" for name, why in skipped) + ".", ""]
     lines += [
         f"Wall time: {info['wall_seconds']:.0f} s (the sum of {info['invocations']} invocation(s) on this "
         "folder, data loading and feature extraction included).",
@@ -211,7 +223,8 @@ def write_markdown(evaluated, config, info, plots, path):
         "Files: `comparisons.csv` (every comparison), `summary.json` (per-seed values), `plots/`.",
         "",
     ]
-    path.write_text("\n".join(lines))
+    with atomic_write(path, doing="writing the report") as f:
+        f.write("\n".join(lines))
 
 
 def _t(seeds):
@@ -221,20 +234,31 @@ def _t(seeds):
 
 
 def write(evaluated, runs, config, info, out_dir, file=None):
-    """Every file of the report in ``out_dir``."""
-    from . import plots  # matplotlib only when there is something to draw
-
-    (out_dir / "plots").mkdir(exist_ok=True)
-    made = {}
-    with open(out_dir / "report_log.txt", "w") as log, contextlib.redirect_stderr(log):
-        for e in evaluated:
-            name = f"plots/{e['claim'].id}.png"
-            plots.claim_figure(e, runs, config.seeds, out_dir / name)
-            made[e["claim"].id] = name
+    """Every file of the report in ``out_dir``: the tables and summary, then the figures.
+    Returns {claim id: figure file name} of the figures drawn."""
     write_csv(evaluated, info["data"], out_dir / "comparisons.csv")
     write_summary(evaluated, info, out_dir / "summary.json")
-    write_markdown(evaluated, config, info, made, out_dir / "README.md")
+    write_markdown(evaluated, config, info, {}, out_dir / "README.md")  # the figures come next
+    made, skipped = draw_figures(evaluated, runs, config, out_dir, file or sys.stderr)
+    write_markdown(evaluated, config, info, made, out_dir / "README.md", skipped)
     return made
+
+
+def draw_figures(evaluated, runs, config, out_dir, file):
+    """One figure per claim in ``out_dir``/plots; returns ({claim id: file name} drawn,
+    [(file name, why)] skipped). A file-system fault is not skipped: it stops the command."""
+    from . import plots  # matplotlib only when there is something to draw
+
+    try:
+        (out_dir / "plots").mkdir(exist_ok=True)
+    except OSError as e:
+        raise file_fault(e, out_dir / "plots", "creating") from e
+    figures = Figures(out_dir, file)
+    with report_log(out_dir):
+        for e in evaluated:
+            claim = e["claim"].id
+            figures.draw(claim, f"plots/{claim}.png", plots.claim_figure, e, runs, config.seeds)
+    return dict(figures.made), figures.skipped
 
 
 def write_summary(evaluated, info, path):

@@ -1,7 +1,11 @@
 """``pml-fieldlosses claims``: plan the runs the claims need (each (label noise,
 loss, seed) once, shared between claims), train them through the bench's pipeline
 (resume, workers, Ray), measure and judge them (measures.py, by the verdict rule), and
-report (report.py)."""
+report (report.py).
+
+The report folder and every results folder the claims' runs go to are the command's
+alone while it runs (bench.pipeline.hold_folders: a second command on any of them stops
+at once, naming the process that holds it)."""
 
 import dataclasses
 import hashlib
@@ -9,9 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-from ..bench.pipeline import Part, run_plan, wall_time
+from ..bench.pipeline import Part, hold_folders, run_plan, wall_time
 from ..bench.protocol import BenchConfig, quick_config
 from ..bench.runs import seed_major
+from ..errors import UsageError
 from . import report
 from .measures import evaluate
 from .table import CLAIMS, EARLY_EPOCH, get_claims, runs_needed, validate
@@ -62,7 +67,7 @@ def check_epochs(config, claims):
     after EARLY_EPOCH epochs)."""
     early = [c.id for c in claims if any(p.measure == "val_map_early" for p in c.comparisons)]
     if early and config.epochs < EARLY_EPOCH:
-        raise ValueError(
+        raise UsageError(
             f"--epochs {config.epochs} is below {EARLY_EPOCH}: claim {', '.join(early)} reads the validation "
             f"MAP@R after epoch {EARLY_EPOCH}; give --epochs {EARLY_EPOCH} or more, or leave that claim out"
         )
@@ -78,8 +83,9 @@ def run_claims(config, ids=None, file=None):
     check_epochs(config, claims)
     configs = level_configs(config, claims)
     out_dir = report_folder(config, claims)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with wall_time(out_dir, start) as clock:  # a bad wall_time.json fails before any run
+    folders = [out_dir] + [Part(c).folder for c in configs.values()]
+    with hold_folders(folders, file), wall_time(out_dir, start, file) as clock:
+        # a bad wall_time.json fails before any run
         print(f"pml-fieldlosses claims -> {out_dir}", file=file)
         total_runs = sum(len(c.losses) for c in configs.values()) * config.seeds
         print(f"{len(claims)} claims, {total_runs} runs ({config.seeds} seeds)", file=file)

@@ -11,6 +11,7 @@ Adding a claim is adding one ``Claim`` to CLAIMS.
 from dataclasses import dataclass
 
 from .. import catalog
+from ..errors import UsageError
 from .verdict import DIRECTIONS
 
 EARLY_EPOCH = 3  # the "fixed small number of epochs" of the convergence claim
@@ -198,10 +199,10 @@ def get_claims(ids=None):
         return CLAIMS
     known = {claim.id: claim for claim in CLAIMS}
     if not ids:
-        raise ValueError(f"no claim ids given (None: all); available: {', '.join(known)}")
+        raise UsageError(f"no claim ids given (None: all); available: {', '.join(known)}")
     unknown = [i for i in ids if i not in known]
     if unknown:
-        raise ValueError(f"unknown claim {', '.join(map(repr, unknown))}; available: {', '.join(known)}")
+        raise UsageError(f"unknown claim {', '.join(map(repr, unknown))}; available: {', '.join(known)}")
     return tuple(claim for claim in CLAIMS if claim.id in ids)
 
 
