@@ -33,8 +33,8 @@ VAL_MEANS = "MeanAggregator_accuracies_normalized_GlobalEmbeddingSpaceTester_lev
 def check_trial_value(experiment, trial_row, read_rows):
     """A Bayesian-optimisation trial's objective is what its experiment recorded: the fold
     mean and SEM of the validation MAP@R at the selected epochs (the last "trained" row of
-    its meta records), in [0, 1]. With the tests' 6 validation classes (12 images) 0 is a
-    possible value, so an exact comparison is the test, not a lower bound."""
+    its meta records), in [0, 1]. With the tests' 6 or 12 validation classes (2 images each) 0
+    is a possible value, so an exact comparison is the test, not a lower bound."""
     trained = [r for r in read_rows(experiment / "meta_logs" / "saved_csvs" / "logs.db", VAL_MEANS)
                if r["trained_status"] == "trained"]  # fmt: skip
     assert trained, f"{experiment} has no trained fold mean"

@@ -88,6 +88,26 @@ def test_a_misshapen_override_is_caught():
     assert [names for _, names in class_specs(merged)] == [["CUB200", "Emoji"]]
 
 
+RECIPE_OPTIMIZERS = sorted(
+    path.stem for path in (CONFIG_ROOT / "config_optimizers").glob("emoji_features_*.yaml")
+)
+RECIPE_DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarker.md"
+
+
+@pytest.mark.parametrize("name", RECIPE_OPTIMIZERS)
+def test_recipe_optimizers_compose_after_emoji_features(name):
+    """A loss's CPU-recipe optimisers, in the documented form [default, emoji_features, X]: one
+    class per optimiser, Adam as the recipe's embedder, no trunk optimiser (the trunk passes
+    cached features on), a metric_loss_optimizer for the loss's parameters; and the recipe's
+    section of docs/benchmarker.md names the file."""
+    optimizers = merge("config_optimizers", ["default", "emoji_features", name])["optimizers"]
+    specs = dict(class_specs(optimizers))
+    assert specs == {("embedder_optimizer",): ["Adam"], ("metric_loss_optimizer",): ["Adam"]}, (name, specs)
+    assert all(spec["Adam"]["lr"] > 0 for spec in optimizers.values())
+    recipe = RECIPE_DOCS.read_text().split("## A run that trains on a CPU")[1].split("\n## ")[0]
+    assert f"[default, emoji_features, {name}]" in recipe, name
+
+
 def roundtrip(config, tmp_path):
     path = tmp_path / "config.yaml"
     pb_c_f.write_yaml(str(path), config, open_as="w")
