@@ -23,6 +23,7 @@ if not MISSING:
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
     from pml_fieldlosses.app.benchmarker import compat, launcher, records, registration
+    from pml_fieldlosses.app.errors import FileFault
 
 MAP_R = "mean_average_precision_at_r"
 
@@ -138,6 +139,98 @@ def test_record_keeper_csv_rows_of_interrupted_saves(tmp_path):
     rows = [line.split(",") for line in csv_file.read_text().splitlines()[1:]]
     assert [row[1] for row in rows] == ["-1", "0", "1"] and rows[-1][2] == "0.75"
     assert len(table_rows(tmp_path, "accuracies")) == 3
+
+
+def test_record_database_that_cannot_be_read_is_named(tmp_path):
+    (tmp_path / "logs.db").write_bytes(b"not a database " * 64)
+    with pytest.raises(sqlite3.DatabaseError):
+        logging_presets.get_record_keeper(csv_folder=str(tmp_path))[0].record_writer.table_exists("x")
+    with pytest.raises(FileFault, match=r"record database .*logs\.db cannot be read"):
+        legacy_keeper(tmp_path)
+
+
+class Trainer:
+    """What PML's HookContainer saves and loads: the trainer's dicts of modules."""
+
+    def __init__(self):
+        self.models = {"trunk": torch.nn.Linear(2, 2), "embedder": torch.nn.Linear(2, 2)}
+        self.optimizers = {"trunk_optimizer": torch.optim.SGD(self.models["trunk"].parameters(), lr=0.1)}
+
+
+def test_hook_container_checkpoints_written_in_place(tmp_path, monkeypatch):
+    trainer, hooks = Trainer(), compat.HookContainer(None)
+    hooks.save_models(trainer, str(tmp_path), 1)
+    hooks.save_models(trainer, str(tmp_path), 2, prev_suffix=1)
+    names = ["embedder_2.pth", "trunk_2.pth", "trunk_optimizer_2.pth"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == names  # the same files as PML's, no temporary left
+    assert torch.equal(torch.load(tmp_path / "trunk_2.pth")["weight"], trainer.models["trunk"].weight)
+
+    def disk_full(obj, path):
+        if "embedder" in str(path):
+            raise RuntimeError(
+                "[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"
+            )  # ENOSPC
+        torch.save(obj.state_dict(), path)
+
+    monkeypatch.setattr(pml_c_f, "save_model", disk_full)
+    with pytest.raises(FileFault, match=r"writing the checkpoint .*embedder_3\.pth: the write failed"):
+        hooks.save_models(trainer, str(tmp_path), 3, prev_suffix=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == names  # epoch 2 whole, nothing of epoch 3
+    assert pml_c_f.latest_version(str(tmp_path))[0] == 2
+    plain = logging_presets.HookContainer(
+        None
+    )  # PML writes in place: the epoch's trunk, without its embedder
+    with pytest.raises(RuntimeError, match="unexpected pos"):
+        plain.save_models(trainer, str(tmp_path), 3, prev_suffix=2)
+    assert (tmp_path / "trunk_3.pth").exists() and not (tmp_path / "embedder_3.pth").exists()
+
+
+def test_hook_container_unreadable_checkpoint_loaded(tmp_path):
+    trainer, hooks = Trainer(), compat.HookContainer(None)
+    hooks.save_models(trainer, str(tmp_path), 1)
+    (tmp_path / "embedder_1.pth").write_bytes((tmp_path / "embedder_1.pth").read_bytes()[:50])
+    with pytest.raises(RuntimeError) as plain:  # PML: torch's own error, no file named
+        logging_presets.HookContainer(None).load_latest_saved_models(trainer, str(tmp_path), "cpu")
+    assert "embedder_1.pth" not in str(plain.value)
+    with pytest.raises(
+        FileFault, match=r"checkpoint .*embedder_1\.pth is unreadable.*delete the files of that epoch"
+    ):
+        hooks.load_latest_saved_models(trainer, str(tmp_path), "cpu")
+    hooks.save_models(trainer, str(tmp_path), 1)
+    assert hooks.load_latest_saved_models(trainer, str(tmp_path), "cpu") == 2
+
+
+def test_hook_container_records_ahead_of_checkpoints(tmp_path):
+    """Killed after an epoch's records, before its checkpoints: the resumed run starts from
+    the epoch before and must not find that epoch's rows already there."""
+    models = tmp_path / "models"
+    models.mkdir()
+    trainer = Trainer()
+
+    def recorded(folder):
+        keeper = legacy_keeper(folder)
+        for epoch in (-1, 0, 1, 2):
+            keeper.update_records({"epoch": epoch, "map": epoch / 10}, epoch, parent_name="accuracies")
+            keeper.save_records()
+        return keeper
+
+    compat.HookContainer(None).save_models(trainer, str(models), 1)  # epoch 2's checkpoints never written
+    plain = logging_presets.HookContainer(recorded(tmp_path / "plain"))
+    assert plain.load_latest_saved_models(trainer, str(models), "cpu") == 2  # epoch 2 is trained again
+    assert [r["epoch"] for r in table_rows(tmp_path / "plain", "accuracies")] == [
+        -1,
+        0,
+        1,
+        2,
+    ]  # and recorded twice
+    hooks = compat.HookContainer(recorded(tmp_path / "shim"))
+    assert hooks.load_latest_saved_models(trainer, str(models), "cpu") == 2
+    assert [r["epoch"] for r in table_rows(tmp_path / "shim", "accuracies")] == [-1, 0, 1]
+    assert len((tmp_path / "shim" / "accuracies.csv").read_text().splitlines()) == 1 + 3
+    hooks = compat.HookContainer(recorded(tmp_path / "best"))
+    hooks.save_models(trainer, str(models), "best1")
+    assert hooks.load_latest_saved_models(trainer, str(models), "cpu", best=True) == 2
+    assert len(table_rows(tmp_path / "best", "accuracies")) == 4  # --resume_training best: the user's choice
 
 
 def test_tester_factory_reference_set(tmp_path):

@@ -22,7 +22,50 @@ actor is restarted by Ray and the job it was running is run again there, as for 
 """
 
 import os
+import re
+import socket
 import uuid
+
+from .errors import UsageError, file_fault
+
+# a Ray address: HOST:PORT (a name, an IPv4 address or a bracketed IPv6 one), or a Ray
+# client's ray://HOST:PORT
+ADDRESS = re.compile(
+    r"^(?P<client>ray://)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})$"
+)
+ADDRESS_FORMS = "'auto' (the cluster this node belongs to), 'local' (a new Ray instance here), HOST:PORT or ray://HOST:PORT"
+# seconds to wait for a cluster's port to answer before saying it cannot be reached
+REACH_TIMEOUT = 10
+
+
+class ClusterError(RuntimeError):
+    """The Ray cluster cannot be reached or used as asked (one line naming it)."""
+
+
+def check_address(address, option="--ray-address"):
+    """``address`` as ``connect`` takes it: 'auto', 'local', HOST:PORT or ray://HOST:PORT
+    (port 1 to 65535); a UsageError naming ``option`` otherwise."""
+    match = ADDRESS.fullmatch(address)
+    if address in ("auto", "local") or (match and 1 <= int(match["port"]) <= 65535):
+        return address
+    raise UsageError(f"argument {option}: expected {ADDRESS_FORMS} (port 1 to 65535), got {address!r}")
+
+
+def check_reachable(address):
+    """Refuse (ClusterError) a HOST:PORT where nothing answers: Ray itself would wait
+    minutes for it before failing."""
+    match = ADDRESS.fullmatch(address)
+    if match is None:
+        return
+    host, port = match["host"].strip("[]"), int(match["port"])
+    try:
+        socket.create_connection((host, port), timeout=REACH_TIMEOUT).close()
+    except OSError as e:
+        reason = e.strerror or str(e) or type(e).__name__
+        raise ClusterError(
+            f"cannot reach the Ray cluster at {address} ({reason}): start it there (ray start --head "
+            f"--port {port}) or check the address (ray status on the head node shows it)"
+        ) from None
 
 
 def import_ray():
@@ -37,11 +80,24 @@ def import_ray():
 
 def connect(address=None, num_cpus=None, num_gpus=None):
     """Ray, initialised: joined to the cluster at ``address`` ("auto" for the one this node
-    belongs to), or a new local instance with this machine's resources (or the counts given)."""
+    belongs to, "local" for a new local instance), or a new local instance with this
+    machine's resources (or the counts given). A cluster that cannot be reached or joined
+    is a ClusterError naming the address."""
     ray = import_ray()
     if not ray.is_initialized():
         if address:
-            ray.init(address=address, log_to_driver=False)
+            check_address(address)
+            check_reachable(address)
+            try:
+                ray.init(address=address, log_to_driver=False)
+            except (ConnectionError, ValueError, RuntimeError) as e:
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                hint = (
+                    "start one with ray start --head, or give HOST:PORT"
+                    if address == "auto"
+                    else "check the address"
+                )
+                raise ClusterError(f"cannot join the Ray cluster at {address!r}: {first}; {hint}") from e
         else:
             ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, log_to_driver=False)
     return ray
@@ -51,7 +107,10 @@ def resources(device, num_cpus=None, num_gpus=None):
     """Ray task options for one job: one GPU per job with ``device == "cuda"``, otherwise
     CPUs only (one by default; a job on the CPU uses torch's own threads within it)."""
     if device == "cuda":
-        return {"num_gpus": 1 if num_gpus is None else num_gpus, "num_cpus": 1 if num_cpus is None else num_cpus}
+        return {
+            "num_gpus": 1 if num_gpus is None else num_gpus,
+            "num_cpus": 1 if num_cpus is None else num_cpus,
+        }
     if num_gpus:
         raise ValueError(f"num_gpus={num_gpus} needs device 'cuda', got {device!r}")
     return {"num_cpus": 1 if num_cpus is None else num_cpus}
@@ -67,12 +126,15 @@ def _read_token(path):
 
 def write_token(folder):
     """A new token file in the results folder: ``(path, token)``, for ``check_token`` on the
-    nodes (the caller removes the file)."""
-    os.makedirs(folder, exist_ok=True)
+    nodes (the caller removes the file). A folder that cannot be written is a FileFault."""
     path = os.path.join(os.path.abspath(folder), f".ray-visibility-{uuid.uuid4().hex}")
     token = uuid.uuid4().hex
-    with open(path, "w") as f:
-        f.write(token)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(path, "w") as f:
+            f.write(token)
+    except OSError as e:
+        raise file_fault(e, folder, "writing the Ray visibility token in") from e
     return path, token
 
 
@@ -83,8 +145,8 @@ def not_shared(folder, nodes):
     )
 
 
-class FolderNotShared(RuntimeError):
-    pass
+class FolderNotShared(ClusterError):
+    """The results folder is not visible from some Ray node."""
 
 
 def check_token(path, token):
@@ -105,10 +167,14 @@ def check_shared_folder(ray, folder):
 
         read = ray.remote(num_cpus=0)(_read_token)
         nodes = [node for node in ray.nodes() if node["Alive"]]
-        seen = ray.get([
-            read.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(path)
-            for node in nodes
-        ])
+        seen = ray.get(
+            [
+                read.options(
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+                ).remote(path)
+                for node in nodes
+            ]
+        )
     finally:
         os.remove(path)
     blind = [node["NodeManagerAddress"] for node, value in zip(nodes, seen) if value != token]
@@ -213,7 +279,7 @@ class Workers:
         _, pending = self.ray.wait(refs, num_returns=len(refs), timeout=timeout)
         if pending:
             self.close()
-            raise RuntimeError(
+            raise ClusterError(
                 f"{len(pending)} of {len(refs)} Ray workers ({options} each) did not start within "
                 f"{timeout:g} s: the cluster has no room for them (ray status shows pending demands)"
             )

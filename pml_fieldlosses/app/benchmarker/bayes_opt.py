@@ -36,7 +36,8 @@ import numpy as np
 from ax.api.client import Client
 from powerful_benchmarker.utils import common_functions as pb_c_f
 
-from . import reports
+from ..errors import FileFault, UsageError, file_fault
+from . import files, reports
 from .records import get_legacy_record_keeper
 from .search_space import as_raw_data, plain
 from .sub_experiments import TrialRunner
@@ -64,33 +65,58 @@ class BayesOptRunner(TrialRunner):
         self.best_parameters_filename = os.path.join(self.root, "best_parameters.yaml")
         self.most_recent_parameters_filename = os.path.join(self.root, "most_recent_parameters.yaml")
         self.plots_filename = os.path.join(self.root, "optimization_plots.html")
-        if len(self.search_space) == 0:
-            raise ValueError(
-                "--bayes_opt_iters needs at least one search range in the configs "
-                "(a key ending in ~BAYESIAN~, ~LOG_BAYESIAN~ or ~INT_BAYESIAN~)"
-            )
         self.primary_metric = pb_c_f.first_val_of_dict(self.YR.args.hook_container)["primary_metric"]
+
+    def check_search_space(self, parameters, resuming):
+        """--bayes_opt_iters needs search ranges: refused before the configs are saved."""
+        if parameters:
+            return
+        if resuming:
+            raise UsageError(
+                f"--bayes_opt_iters: the configs saved in {os.path.join(self.root, 'configs')} have no search "
+                "range: this experiment was not started as a Bayesian optimisation; choose another "
+                "--experiment_name"
+            )
+        raise UsageError(
+            "--bayes_opt_iters needs at least one search range in the configs (a key ending in ~BAYESIAN~, "
+            "~LOG_BAYESIAN~ or ~INT_BAYESIAN~), e.g. --config_loss_and_miners [mean_field_contrastive_bayes_opt]"
+        )
 
     # ---------------------------------------------------------------- ax state
     def log_paths(self):
         return sorted(glob.glob(os.path.join(self.ax_log_folder, "log*.json")), reverse=True)
 
     def get_client(self):
-        for path in self.log_paths():
+        """ax's state: the newest readable log (a log cut short by a killed run is skipped
+        with a warning); a new optimisation if there is none. Logs that all fail to load
+        are a FileFault: starting again would replace the trials they record."""
+        paths = self.log_paths()
+        for path in paths:
             try:
                 return Client.load_from_json_file(filepath=path)
-            except (OSError, ValueError) as e:
+            except (OSError, ValueError, KeyError, TypeError) as e:
                 logger.warning("Could not load %s (%r), trying an older ax log", path, e)
+        if paths:
+            raise FileFault(
+                f"none of the {len(paths)} ax logs in {self.ax_log_folder} can be read (the optimisation's "
+                "state): restore them, or move the experiment folder away to start the optimisation again"
+            )
         client = Client()
         client.configure_experiment(parameters=self.search_space, name=self.experiment_name)
         client.configure_optimization(objective=self.primary_metric)
         return client
 
     def save_client(self, client):
-        os.makedirs(self.ax_log_folder, exist_ok=True)
-        client.save_to_json_file(
-            filepath=os.path.join(self.ax_log_folder, f"log{len(self.log_paths()):05d}.json")
-        )
+        """ax's state as a new log, written whole (a temporary file, hidden from
+        ``log_paths``, takes the log's name at the end)."""
+        path = os.path.join(self.ax_log_folder, f"log{len(self.log_paths()):05d}.json")
+        tmp = os.path.join(self.ax_log_folder, f".{os.path.basename(path)}.tmp")
+        try:
+            os.makedirs(self.ax_log_folder, exist_ok=True)
+            client.save_to_json_file(filepath=tmp)
+            os.replace(tmp, path)
+        except OSError as e:
+            raise file_fault(e, path, "writing ax's state") from e
 
     def trial_row(self, client, trial_index):
         """ax's summary of a trial (None if there is no such trial yet): trial_index,
@@ -169,10 +195,8 @@ class BayesOptRunner(TrialRunner):
         trials = []
         for index in expected:
             parameters = {k: plain(v) for k, v in proposed[index].items()}
-            pb_c_f.write_yaml(
-                self.most_recent_parameters_filename,
-                {"parameters": parameters, "trial_index": index},
-                open_as="w",
+            files.write_yaml(
+                self.most_recent_parameters_filename, {"parameters": parameters, "trial_index": index}
             )
             trials.append(Trial(index, self.sub_experiment_name(index), parameters, resuming=False))
         return trials
@@ -245,7 +269,7 @@ class BayesOptRunner(TrialRunner):
             raise RuntimeError(f"ax's best {metric} {ax_mean} is not the best recorded one {best[metric]}")
         sem = best.get(f"SEM_{metric}")
         parameters = self.trial_parameters(self.trial_row(client, trial_index))
-        pb_c_f.write_yaml(
+        files.write_yaml(
             self.best_parameters_filename,
             {
                 "best_sub_experiment_name": name,
@@ -254,6 +278,5 @@ class BayesOptRunner(TrialRunner):
                     metric: {"mean": float(best[metric]), "SEM": None if sem is None else float(sem)}
                 },
             },
-            open_as="w",
         )
         return name

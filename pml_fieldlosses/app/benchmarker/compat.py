@@ -11,6 +11,7 @@ classes (losses, the DRML head, models, datasets) are registered in registration
 """
 
 import copy
+import os
 
 import torch
 from powerful_benchmarker import factories as pb_factories
@@ -18,7 +19,8 @@ from powerful_benchmarker.utils import common_functions as pb_c_f
 from pytorch_metric_learning.utils import common_functions as pml_c_f
 from pytorch_metric_learning.utils import logging_presets
 
-from . import protocol
+from ..errors import FileFault, UsageError, file_fault
+from . import files, protocol, records
 from .records import RecordKeeperFactory
 
 
@@ -40,7 +42,7 @@ class TesterFactory(pb_factories.TesterFactory):
         params = dict(params or {})
         reference_set = params.pop("reference_set", "compared_to_self")
         if reference_set != "compared_to_self":
-            raise ValueError(
+            raise UsageError(
                 f"tester reference_set={reference_set!r} is not supported with PML 2: only "
                 "'compared_to_self' (each split of splits_to_eval is its own reference set, as in MLRC)"
             )
@@ -69,6 +71,16 @@ class HookContainer(logging_presets.HookContainer):
       ("trained", ...) as the epoch, and then writes the row's ``trained_status`` at
       iteration (row count + 1); record-keeper >= 0.9.31 keys rows by iteration (0.9.29
       appended columns), so the accuracies are written at that same iteration.
+    - checkpoints_written_in_place: PML writes each checkpoint file in place and logs a
+      failed write as a warning; a run killed (or a disk full) in the middle leaves a
+      truncated file of the newest epoch, which the resumed run loads (a traceback) or
+      skips (the model untrained). Each file is written whole (a temporary file takes its
+      name), the trunk's last (PML finds the newest epoch by it); a failed write is a
+      FileFault naming the file.
+    - unreadable_checkpoint_loaded: a checkpoint of the epoch to resume from that cannot
+      be read is a FileFault naming it and its epoch's files (files.check_checkpoint).
+    - records_ahead_of_checkpoints: a resumed run drops the records of the epochs after
+      the checkpoint it resumes from (records.drop_records_after).
     """
 
     def __init__(self, record_keeper, **kwargs):
@@ -98,6 +110,38 @@ class HookContainer(logging_presets.HookContainer):
         tester.test(dataset_dict, epoch, trunk, embedder, [(name, [name]) for name in names], collate_fn)
         return True
 
+    def save_models(self, trainer, model_folder, curr_suffix, prev_suffix=None):
+        if not self.do_save_models:
+            return
+        objects = [getattr(trainer, x, {}) for x in self.saveable_trainer_objects]
+        written = []  # (temporary file, checkpoint file)
+        try:
+            for obj_dict in objects:
+                for name, obj in obj_dict.items():
+                    path = pml_c_f.modelpath_creator(model_folder, name, curr_suffix)
+                    tmp = os.path.join(model_folder, f".{os.path.basename(path)}.tmp")
+                    written.append((tmp, path))
+                    save_checkpoint(obj, tmp, path)
+            for tmp, path in sorted(written, key=lambda w: os.path.basename(w[1]).startswith("trunk_")):
+                os.replace(tmp, path)
+        except OSError as e:
+            raise file_fault(e, path, "writing the checkpoint") from e
+        finally:
+            for tmp, _ in written:
+                if os.path.exists(tmp):
+                    os.remove(tmp)
+        if prev_suffix is not None:
+            for obj_dict in objects:
+                pml_c_f.delete_dict_of_models(obj_dict, prev_suffix, model_folder)
+
+    def load_latest_saved_models(self, trainer, model_folder, device=None, best=False):
+        epoch, suffix = pml_c_f.latest_version(model_folder, "trunk_*.pth", best=best)
+        if epoch > 0:
+            files.check_checkpoints(model_folder, suffix)
+        if not best and getattr(self.record_keeper, "record_writer", None) is not None:
+            records.drop_records_after(self.record_keeper, epoch)
+        return super().load_latest_saved_models(trainer, model_folder, device, best)
+
     def end_of_testing_hook(self, tester):
         for split_name, accuracies in tester.all_accuracies.items():
             group_name = self.record_group_name(tester, split_name)
@@ -109,6 +153,22 @@ class HookContainer(logging_presets.HookContainer):
             _, _, best_epoch, best_accuracy = self.is_new_best_accuracy(tester, split_name, epoch)
             best = {"best_epoch": best_epoch, "best_accuracy": best_accuracy}
             self.record_keeper.update_records(best, iteration, parent_name=group_name)
+
+
+def save_checkpoint(obj, tmp, path):
+    """PML's ``save_model`` of ``obj`` into ``tmp`` (the temporary file of ``path``); torch
+    reports a failed write (a full disk: "[enforce fail at inline_container.cc:672] .
+    unexpected pos 576 vs 534") as a RuntimeError of its zip writer: a FileFault naming
+    ``path``."""
+    try:
+        pml_c_f.save_model(obj, tmp)
+    except RuntimeError as e:
+        if "inline_container" not in str(e) and "PytorchStreamWriter" not in str(e):
+            raise
+        raise FileFault(
+            f"writing the checkpoint {path}: the write failed ({' '.join(str(e).split())}): the disk may be "
+            "full; free space or choose a folder on another disk"
+        ) from e
 
 
 class LossFactory(pb_factories.LossFactory):

@@ -15,6 +15,7 @@ import torch
 from PIL import Image
 
 from .. import datasets as field_datasets
+from ..errors import UsageError
 
 
 class ImageSetDataset(torch.utils.data.Dataset):
@@ -58,7 +59,7 @@ def emoji_subset(image_set, num_classes):
     if num_classes is None:
         return image_set
     if not 4 <= num_classes <= image_set.num_classes:
-        raise ValueError(f"num_classes must be in [4, {image_set.num_classes}], got {num_classes}")
+        raise UsageError(f"num_classes must be in [4, {image_set.num_classes}], got {num_classes}")
     keep = image_set.labels < num_classes
     return field_datasets.ImageSet(
         image_set.images[keep], image_set.labels[keep], image_set.class_names[:num_classes],

@@ -5,20 +5,30 @@ build and how (runner_factory.py); everything else is pb's experiment options
 (``--experiment_name``, ``--config_*``, ``--evaluate``, ``--evaluate_ensemble``,
 ``--splits_to_eval``, ``--resume_training``, ``--reproduce_results``, config overrides),
 which pb's runners read as their command line (runners.py).
+
+A mistake or a fault is one line, never a traceback (``--traceback`` shows it): the
+options are checked when they are parsed, the run's configs, folders and files before it
+starts (checks.py); a mistake is exit code 2, a file-system fault or a run that fails the
+protocol 1, Ctrl-C 130. An error that is none of these is a bug and keeps its traceback.
 """
 
 import argparse
 import importlib.metadata
 import inspect
 import logging
+import sqlite3
 import sys
 from pathlib import Path
 
-import yaml
-
+from .. import extras
+from ..cluster import ClusterError, JobFailed, check_address
 from ..cluster_slots import SlotsDoNotFit
+from ..errors import ADVICE, FileFault, UsageError, file_fault, float_range, int_range
+from . import checks
+from .names import UnknownClass
 from .protocol import ProtocolError
 from .runner_factory import RunnerFactory, import_target
+from .runners import check_values, pb_words
 from .trials import SequentialTrials
 
 CONFIG_MARKER = "config_foldernames.yaml"
@@ -44,8 +54,15 @@ def default_config_root():
     )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with its errors in one line, like the command's own (--help shows the usage)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="pml-fieldlosses-pb",
         allow_abbrev=False,
         description="Run powerful-benchmarker 0.9.33 (MLRC protocol) with pml-fieldlosses' losses, "
@@ -60,10 +77,16 @@ def build_parser():
     parser.add_argument(
         "--root_config_folder", type=str, default=None, help="pb config root (default: ours, configs/)"
     )
-    parser.add_argument("--bayes_opt_iters", type=int, default=0)
+    parser.add_argument(
+        "--bayes_opt_iters",
+        type=int_range(0),
+        default=0,
+        metavar="N",
+        help="Bayesian optimisation of the configs' search ranges (~BAYESIAN~ keys) over N trials",
+    )
     parser.add_argument(
         "--reproductions",
-        type=str,
+        type=reproductions,
         default="0",
         help="after Bayesian optimisation, retrain the best configuration: N runs (0..N-1) or 'A,B' for A..B-1",
     )
@@ -76,17 +99,20 @@ def build_parser():
     )
     parser.add_argument(
         "--ray_address",
-        type=str,
+        type=ray_address,
         default=None,
         help="run the trials on this Ray cluster ('auto' or HOST:PORT; default with --parallel_trials > 1: "
         "a new local Ray instance with this machine's resources)",
     )
     parser.add_argument(
-        "--trial_gpus", type=float, default=None, help="GPUs per trial (default 1 if the cluster has GPUs)"
+        "--trial_gpus",
+        type=float_range(0),
+        default=None,
+        help="GPUs per trial (default 1 if the cluster has GPUs)",
     )
     parser.add_argument(
         "--trial_cpus",
-        type=float,
+        type=float_range(0, low_open=True),
         default=None,
         help="CPUs per trial, also its torch threads (default: the cluster's CPUs / --parallel_trials, "
         "at most one node's)",
@@ -99,13 +125,45 @@ def build_parser():
         help="also register a module or class with pb, e.g. loss=my_package.my_losses or "
         "dataset=my_package.data.MyDataset (kinds: loss, miner, model, dataset, sampler, ...)",
     )
+    parser.add_argument("--traceback", action="store_true", help="show the full traceback of an error")
     return parser
+
+
+def reproductions(text):
+    """An argparse type: ``--reproductions`` N (runs 0..N-1) or A,B (runs A..B-1), as the
+    arguments of ``range``."""
+    try:
+        bounds = [int(x) for x in text.split(",")]
+    except ValueError:
+        bounds = []
+    if (len(bounds) == 1 and bounds[0] >= 0) or (len(bounds) == 2 and 0 <= bounds[0] <= bounds[1]):
+        return bounds
+    raise argparse.ArgumentTypeError(f"expected N >= 0 or A,B with 0 <= A <= B, got {text!r}")
+
+
+def ray_address(text):
+    """An argparse type: ``--ray_address`` ('auto', 'local', HOST:PORT, ray://HOST:PORT)."""
+    try:
+        return check_address(text, "--ray_address")
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e).split(": ", 1)[1]) from None
+
+
+# the kinds of classes pb looks up by name (PytorchGetter and BaseRunner.init_pytorch_getter)
+REGISTER_KINDS = (
+    "model", "loss", "miner", "optimizer", "lr_scheduler", "transform", "dataset", "sampler",
+    "regularizer", "trainer", "tester", "api_parser", "accuracy_calculator", "split_manager",
+    "hook_container", "factory", "aggregator", "ensemble", "visualizer", "distance", "reducer",
+    "weight_init_func",
+)  # fmt: skip
 
 
 def parse_registration(spec):
     kind, sep, target = spec.partition("=")
     if not sep or not kind or not target:
         raise UsageError(f"--register expects KIND=TARGET (e.g. loss=my_package.my_losses), got {spec!r}")
+    if kind not in REGISTER_KINDS:
+        raise UsageError(f"--register {spec}: unknown kind {kind!r} (kinds: {', '.join(REGISTER_KINDS)})")
     try:
         obj = import_target(target)
     except (ImportError, AttributeError) as e:
@@ -115,52 +173,35 @@ def parse_registration(spec):
     return kind, obj
 
 
-def config_options(pb_argv):
-    """{folder: [names]} of the ``--config_<folder> [a, b]`` options in pb's arguments (as
-    the shell splits them: "[a," "b]")."""
-    options, current = {}, None
-    for token in pb_argv:
-        if token.startswith("--"):
-            current = token[2:] if token.startswith("--config_") else None
-            if current is not None:
-                options[current] = []
-        elif current is not None:
-            options[current] += [n for n in token.strip("[]").replace(",", " ").split() if n]
-    return options
-
-
-def check_config_options(pb_argv, config_root):
-    """Unknown ``--config_*`` folders and config names are usage errors (pb would ignore
-    the first and fall back to other configs, or fail later with a traceback)."""
-    folders = yaml.safe_load((Path(config_root) / CONFIG_MARKER).read_text())["config_foldernames"]
-    for option, names in config_options(pb_argv).items():
-        if option not in folders:
-            raise UsageError(f"unknown option --{option}: the config folders are {', '.join(folders)}")
-        if not names:
-            raise UsageError(f"--{option} needs config names, e.g. --{option} [default]")
-        available = sorted(p.stem for p in (Path(config_root) / option).glob("*.yaml"))
-        for name in names:
-            if name not in available:
-                raise UsageError(
-                    f"--{option}: no config named {name!r} in {Path(config_root) / option} "
-                    f"(available: {', '.join(available)})"
-                )
-
-
-class UsageError(ValueError):
-    """A mistake on the command line: printed as one line, exit code 2."""
+def check_ray_options(args):
+    """Ray (the cluster extra) where the options ask for it; the trial counts."""
+    if args.parallel_trials < 1:
+        raise UsageError(f"argument --parallel_trials must be >= 1, got {args.parallel_trials}")
+    if args.parallel_trials > 1 or args.ray_address:
+        missing = extras.missing_modules("cluster")
+        if missing:
+            option = "--ray_address" if args.ray_address else "--parallel_trials"
+            raise UsageError(
+                f"argument {option}: running on Ray needs {', '.join(missing)}, not installed here: "
+                f"{extras.install_hint(['cluster'])}"
+            )
 
 
 def parse(argv):
     """The launcher's command line ``argv``, parsed and checked once: ``(args, factory)``,
-    the launcher's options and the RunnerFactory of its runners."""
+    the launcher's options and the RunnerFactory of its runners. (argparse exits with 2 on
+    a bad option of the launcher, with 0 after --help.)"""
     args, pb_argv = build_parser().parse_known_args(argv)
+    pb_argv = pb_words(pb_argv)
+    check_values(pb_argv)
     for spec in args.register:  # checked here; a runner imports the target again by its name
         parse_registration(spec)
-    config_root = args.root_config_folder or default_config_root()
-    check_config_options(pb_argv, config_root)
-    if args.parallel_trials < 1:
-        raise UsageError(f"--parallel_trials must be >= 1, got {args.parallel_trials}")
+    check_ray_options(args)
+    try:
+        config_root = args.root_config_folder or default_config_root()
+    except FileNotFoundError as e:
+        raise FileFault(str(e)) from None
+    checks.check_config_options(pb_argv, config_root)
     options = {
         "dataset_root": args.dataset_root,
         "root_experiment_folder": args.root_experiment_folder,
@@ -174,7 +215,7 @@ def parse(argv):
         pb_argv,
         registrations=[tuple(spec.split("=", 1)) for spec in args.register],
         bayes_opt_iters=args.bayes_opt_iters,
-        reproductions=[int(x) for x in args.reproductions.split(",")],
+        reproductions=args.reproductions,
     )
     return args, factory
 
@@ -203,27 +244,81 @@ def make_runner(args, factory):
     return factory.single_experiment_runner()
 
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
+def run(args, factory):
+    """The run of the command line, checked first (checks.check_run). pb's only
+    ``sys.exit()`` is its refusal to start an experiment in a folder that already holds
+    files (logged at INFO, exit 0): a UsageError (fixes experiment_folder_taken_exits_0;
+    the checks refuse such a folder before pb)."""
+    checks.check_run(args, factory)
     logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     logging.getLogger().setLevel(logging.INFO)
     try:
-        args, factory = parse(argv)
         make_runner(args, factory).run()
-    except (UsageError, SlotsDoNotFit) as e:
-        print(f"pml-fieldlosses-pb: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except ProtocolError as e:
-        sys.exit(f"pml-fieldlosses-pb: protocol error: {e}")
     except SystemExit as e:
         if e.code not in (None, 0):
             raise
-        # fixes experiment_folder_taken_exits_0: pb's only sys.exit() is its refusal to
-        # start an experiment in a folder that already holds files (logged at INFO, exit 0)
+        raise UsageError(checks.TAKEN) from None
+
+
+# sqlite's words for a database it cannot write or read (record-keeper's records)
+DATABASE_FAULTS = (
+    "disk is full",
+    "readonly",
+    "disk I/O error",
+    "unable to open",
+    "not a database",
+    "malformed",
+)
+
+
+def one_line(error, root):
+    """``(line, exit code)`` of an error the user can act on; None for a bug."""
+    if isinstance(error, JobFailed) and isinstance(error.__cause__, Exception):
+        reported = one_line(error.__cause__, root)  # a trial's own error, raised on its Ray worker
+        return None if reported is None else (f"{reported[0]} (in a trial on a Ray worker)", reported[1])
+    if not error.args and isinstance(error.__context__, Exception):
+        return one_line(error.__context__, root)  # pb's bare "raise ValueError" over the error
+    if isinstance(error, ProtocolError):
+        return f"protocol error: {error}", 1
+    if isinstance(error, (UsageError, SlotsDoNotFit, UnknownClass)):
+        return f"error: {error}", 2
+    if isinstance(error, (FileFault, ClusterError)):
+        return f"error: {error}", 1
+    if isinstance(error, OSError) and error.filename is not None:
+        return f"error: {file_fault(error, error.filename, 'at')}", 1
+    if isinstance(error, OSError) and error.errno in ADVICE:  # a write that failed: no file named
+        return f"error: {file_fault(error, root, 'writing under --root_experiment_folder')}", 1
+    if isinstance(error, sqlite3.Error) and any(words in str(error) for words in DATABASE_FAULTS):
+        return (
+            f"error: the records under --root_experiment_folder {root}: {error}: free space or fix the permissions",
+            1,
+        )
+    return None
+
+
+def main(argv=None):
+    """The command ``pml-fieldlosses-pb argv``; exits (SystemExit) with the error's code
+    after one line on stderr, returns None when the run is done."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    show_traceback = "--traceback" in argv
+    root = "experiments"
+    try:
+        args, factory = parse(argv)
+        root = args.root_experiment_folder
+        run(args, factory)
+    except KeyboardInterrupt:
+        if show_traceback:
+            raise
         print(
-            "pml-fieldlosses-pb: error: the experiment folder is already taken: continue it with "
-            "--resume_training latest, evaluate it with --evaluate / --evaluate_ensemble, or choose "
-            "another --experiment_name",
+            "\npml-fieldlosses-pb: interrupted: what finished is kept; run the same command again to go on "
+            "(a single experiment: with --resume_training latest)",
             file=sys.stderr,
         )
-        sys.exit(2)
+        sys.exit(130)
+    except Exception as e:
+        reported = None if show_traceback else one_line(e, root)
+        if reported is None:
+            raise
+        line, code = reported
+        print(f"pml-fieldlosses-pb: {' '.join(line.split())}", file=sys.stderr)
+        sys.exit(code)

@@ -9,6 +9,9 @@ import record_keeper
 from powerful_benchmarker import factories as pb_factories
 from pytorch_metric_learning.utils import logging_presets
 
+from ..errors import atomic_write, file_fault
+from .files import check_database
+
 
 class LegacyRecordKeeper(record_keeper.RecordKeeper):
     """record-keeper as pb 0.9.33 uses it (written for 0.9.29). Fixes:
@@ -41,8 +44,16 @@ def get_legacy_record_keeper(save_figures=None, **kwargs):
     """``logging_presets.get_record_keeper`` without pb's ``save_figures`` argument (removed
     in PML 2 / record-keeper 0.9.31; it only drew list records as figures), returning a
     LegacyRecordKeeper, with its CSV files cut back to what its database holds
-    (``drop_csv_rows_of_interrupted_saves``)."""
-    keeper, _, _ = logging_presets.get_record_keeper(**kwargs)
+    (``drop_csv_rows_of_interrupted_saves``). Its databases are checked first: one that
+    cannot be read is a FileFault naming it."""
+    if kwargs.get("csv_folder"):
+        check_database(os.path.join(kwargs["csv_folder"], "logs.db"))
+    if kwargs.get("global_db_path"):
+        check_database(kwargs["global_db_path"])
+    try:
+        keeper, _, _ = logging_presets.get_record_keeper(**kwargs)
+    except OSError as e:
+        raise file_fault(e, e.filename or kwargs.get("csv_folder"), "creating the records in") from e
     drop_csv_rows_of_interrupted_saves(keeper.record_writer)
     return LegacyRecordKeeper(
         keeper.tensorboard_writer, keeper.record_writer, keeper.attributes_to_search_for
@@ -67,8 +78,11 @@ def drop_csv_rows_of_interrupted_saves(record_writer):
         completed = 0
         if record_writer.table_exists(table):
             completed = record_writer.query(f"SELECT COUNT(*) AS n FROM '{table}'")[0]["n"]
-        with open(path) as f:
-            lines = f.read().splitlines(keepends=True)
+        try:
+            with open(path) as f:
+                lines = f.read().splitlines(keepends=True)
+        except OSError as e:
+            raise file_fault(e, path, "reading the records") from e
         kept, data_rows = [], 0
         for line in lines:
             if data_rows == completed:
@@ -79,9 +93,27 @@ def drop_csv_rows_of_interrupted_saves(record_writer):
             continue
         if data_rows == 0:
             os.remove(path)
-        else:
-            with open(path, "w") as f:
+        else:  # written whole: a run killed here keeps the longer file, cut back next time
+            with atomic_write(path, doing="cutting back the records") as f:
                 f.writelines(kept)
+
+
+def drop_records_after(record_keeper, epoch):
+    """Fixes records_ahead_of_checkpoints: PML saves an epoch's records, then its
+    checkpoints; a run killed in between resumes from the checkpoint before and records
+    that epoch a second time. A run that resumes from ``epoch`` first removes the rows of
+    later epochs (in the tables with an ``epoch`` column, where they are the last rows)
+    from its database, and cuts its CSV files back to match."""
+    record_writer = record_keeper.record_writer
+    database = record_writer.local_db
+    tables = [row["name"] for row in database.query("SELECT name FROM sqlite_master WHERE type='table'")]
+    for table in tables:
+        columns = [row["name"] for row in database.query(f"PRAGMA table_info('{table}')")]
+        if "epoch" in columns:
+            database.execute(
+                f"DELETE FROM '{table}' WHERE typeof(epoch) IN ('integer', 'real') AND epoch > ?", (epoch,)
+            )
+    drop_csv_rows_of_interrupted_saves(record_writer)
 
 
 class RecordKeeperFactory(pb_factories.RecordKeeperFactory):

@@ -5,6 +5,7 @@ from powerful_benchmarker import factories as pb_factories
 from powerful_benchmarker.utils import common_functions as pb_c_f
 
 from ... import losses
+from ..errors import UsageError
 from . import compat, synthetic
 
 
@@ -27,7 +28,7 @@ class ModelFactory(pb_factories.ModelFactory):
         elif isinstance(getattr(trunk, "out_features", None), int):
             self.base_model_output_size = trunk.out_features
         elif self.base_model_output_size is None:
-            raise ValueError(
+            raise UsageError(
                 f"the output size of trunk {type(trunk).__name__} is unknown: it has no fc/last_linear "
                 "layer and no int out_features attribute; set base_model_output_size in "
                 "factories: model: ModelFactory"

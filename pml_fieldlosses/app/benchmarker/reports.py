@@ -15,6 +15,7 @@ from powerful_benchmarker.utils import constants as const
 from record_keeper.db_utils import DBManager
 
 from ..stats import mean_ci
+from . import files
 from .protocol import STATUSES, ProtocolError
 
 # columns of the evaluation records that are not accuracies (record-keeper >= 0.9.31 adds ~iteration~)
@@ -74,8 +75,8 @@ def accuracy_report(api_parser, global_db_path, experiments, folder, statuses=ST
             status: {key: confidence_interval(v) for key, v in accuracies.items()}
             for status, accuracies in values.items()
         }
-        pb_c_f.write_yaml(os.path.join(folder, f"detailed_report_{base_name}.yaml"), details, open_as="w")
-        pb_c_f.write_yaml(os.path.join(folder, f"report_{base_name}.yaml"), summary, open_as="w")
+        files.write_yaml(os.path.join(folder, f"detailed_report_{base_name}.yaml"), details)
+        files.write_yaml(os.path.join(folder, f"report_{base_name}.yaml"), summary)
 
 
 def plot_progress(client, filename, title):
@@ -93,5 +94,6 @@ def plot_progress(client, filename, title):
             figure = card.get_figure()
             parts.append(plotly.io.to_html(figure, include_plotlyjs=include_plotlyjs, full_html=False))
             include_plotlyjs = False
-    with open(filename, "w", encoding="utf-8") as f:
-        f.write('<html><head><meta charset="utf-8"></head><body>' + "\n".join(parts) + "</body></html>")
+    files.write_text(
+        filename, '<html><head><meta charset="utf-8"></head><body>' + "\n".join(parts) + "</body></html>"
+    )

@@ -7,6 +7,8 @@ import math
 import numpy as np
 from ax.api.configs import RangeParameterConfig
 
+from ..errors import UsageError
+
 # keyword -> (ax parameter type, scaling)
 SEARCH_KEYWORDS = {
     "~BAYESIAN~": ("float", "linear"),
@@ -30,10 +32,7 @@ def take_search_space(config, path=()):
         for keyword, (parameter_type, scaling) in SEARCH_KEYWORDS.items():
             if key.endswith(keyword):
                 name = key[: -len(keyword)]
-                if not (isinstance(value, (list, tuple)) and len(value) == 2):
-                    raise ValueError(f"{'/'.join(path + (key,))} must be a range [low, high], got {value!r}")
-                cast = int if parameter_type == "int" else float
-                bounds = (cast(value[0]), cast(value[1]))
+                bounds = search_range(value, "/".join(path + (key,)), parameter_type, scaling)
                 parameters.append(
                     RangeParameterConfig(
                         name="/".join(path + (name,)),
@@ -45,6 +44,37 @@ def take_search_space(config, path=()):
                 config[name] = config.pop(key)
                 break
     return parameters
+
+
+def as_number(value):
+    """A number of a range: an int or float, or a string float() reads ('1e-6', which YAML
+    reads as a string); None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    try:
+        return float(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def search_range(value, where, parameter_type, scaling):
+    """``(low, high)`` of a search range ``value`` ([low, high] of numbers, low < high;
+    integers for ``~INT_BAYESIAN~``; low > 0 on a log scale); a UsageError naming ``where``
+    otherwise."""
+    bounds = [as_number(v) for v in value] if isinstance(value, (list, tuple)) and len(value) == 2 else []
+    numbers = len(bounds) == 2 and None not in bounds and all(math.isfinite(b) for b in bounds)
+    if numbers and (parameter_type != "int" or all(float(b).is_integer() for b in bounds)):
+        cast = int if parameter_type == "int" else float
+        low, high = cast(bounds[0]), cast(bounds[1])
+        if low < high and (scaling != "log" or low > 0):
+            return low, high
+    kind = "integers" if parameter_type == "int" else "numbers"
+    log = " and low > 0 (log scale)" if scaling == "log" else ""
+    raise UsageError(
+        f"{where}: expected a search range [low, high] of {kind} with low < high{log}, got {value!r}"
+    )
 
 
 def set_at_path(config, path, value):

@@ -8,16 +8,18 @@ reproductions the optimisation gives it with ``run_trial`` and ``reproduce``.
 BayesOptRunner, the optimisation itself, extends it.
 """
 
+import copy
 import logging
 import os
 import shutil
 
 from easy_module_attribute_getter import utils as emag_utils
 from powerful_benchmarker.runners.base_runner import BaseRunner
-from powerful_benchmarker.utils import common_functions as pb_c_f
 from powerful_benchmarker.utils import constants as const
 from record_keeper.db_utils import DBManager
 
+from ..errors import FileFault
+from . import files
 from .runners import GivenCommandLine, SingleExperimentRunner
 from .search_space import set_at_path, take_search_space
 
@@ -41,13 +43,17 @@ class TrialRunner(GivenCommandLine, BaseRunner):
 
     def read_configs(self, find_search_space=True, merge_argparse=False):
         """The experiment's configs: the saved copy in the experiment folder if there is
-        one (resuming), else the config root's (then saved there). With
-        ``find_search_space``, also the search ranges, taken out of the configs."""
+        one (resuming), else the config root's (then saved there, all files or none). With
+        ``find_search_space``, also the search ranges, taken out of the configs (checked
+        by ``check_search_space`` before anything is saved). A saved config that is not
+        a YAML mapping is a FileFault naming it."""
         YR = self.setup_yaml_reader()
         resuming = os.path.isdir(YR.args.place_to_save_configs)
         if resuming:
             config_paths = self.get_saved_config_paths(YR.args)
             merge_argparse = self.merge_argparse_when_resuming or merge_argparse
+            for path in (p for paths in config_paths.values() for p in paths):
+                files.read_yaml(path, "saved config", files.SAVED_CONFIG_ADVICE)
         else:
             config_paths = self.get_root_config_paths(YR.args)
             merge_argparse = True
@@ -57,11 +63,16 @@ class TrialRunner(GivenCommandLine, BaseRunner):
             max_argparse_merge_depth=float("inf"),
             merge_argparse=merge_argparse,
         )
+        if find_search_space:
+            self.check_search_space(take_search_space(copy.deepcopy(YR.args.__dict__)), resuming)
         if not resuming:
-            pb_c_f.save_config_files(YR.args.place_to_save_configs, YR.args.dict_of_yamls, False, [])
+            files.write_configs(YR.args.place_to_save_configs, YR.args.dict_of_yamls)
         if find_search_space:
             return YR, take_search_space(YR.args.__dict__)
         return YR
+
+    def check_search_space(self, parameters, resuming):
+        """The search ranges are what this runner needs (any, for the trials)."""
 
     def sub_experiment_name(self, trial_index):
         return f"{self.experiment_name}{trial_index}"
@@ -118,15 +129,16 @@ class TrialRunner(GivenCommandLine, BaseRunner):
         YR.args.resume_training = None
         self.point_to_sub_experiment(YR.args, name)
         os.makedirs(YR.args.experiment_folder, exist_ok=True)
-        pb_c_f.write_yaml(self.parameters_filename(name), parameters, open_as="w")
+        files.write_yaml(self.parameters_filename(name), parameters)
         return self.single_experiment_runner().start_experiment(YR.args)
 
     def resume_training(self, parameters, name):
         YR = self.fresh_yaml_reader(name)
         YR.args.resume_training = self.resume_training_value()
         try:
-            saved = pb_c_f.load_yaml(self.parameters_filename(name))
-        except OSError:
+            saved = files.read_yaml(self.parameters_filename(name), "trial parameters file")
+        except FileFault as e:  # missing or unreadable: the folder is not known to be ax's trial
+            logger.warning("%s", e)
             saved = None
         if saved == parameters:
             result = self.try_resuming(YR)
@@ -166,6 +178,7 @@ class TrialRunner(GivenCommandLine, BaseRunner):
     def test_model(self, name):
         """Test-set accuracy of sub-experiment ``name``: the fold mean (aggregator) and
         the concatenated ensemble."""
+        files.check_experiment_checkpoints(self.sub_experiment_path(name), best=True)
         for flag in ("evaluate", "evaluate_ensemble"):
             YR = self.fresh_yaml_reader(name)
             setattr(YR.args, flag, True)

@@ -8,6 +8,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..errors import UsageError
+
 
 class SyntheticImages(torch.utils.data.Dataset):
     """Class-structured RGB images made from a seed, no files and no download.
@@ -34,9 +36,9 @@ class SyntheticImages(torch.utils.data.Dataset):
     ):
         for name, value in (("num_classes", num_classes), ("images_per_class", images_per_class)):
             if not (isinstance(value, int) and value > 0):
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+                raise UsageError(f"{name} must be a positive int, got {value!r}")
         if not (isinstance(image_size, int) and isinstance(grid, int) and 0 < grid <= image_size):
-            raise ValueError(
+            raise UsageError(
                 f"need ints 0 < grid <= image_size, got grid={grid!r}, image_size={image_size!r}"
             )
         self.transform = transform

@@ -11,6 +11,7 @@ from typing import ClassVar
 import torch
 
 from .. import backbones
+from ..errors import UsageError
 
 
 class PixelRangeInput:
@@ -44,7 +45,7 @@ class FeatureInput(torch.nn.Module):
 
     def forward(self, features):
         if features.ndim != 2 or features.shape[1] != self.out_features:
-            raise ValueError(
+            raise UsageError(
                 f"FeatureInput(out_features={self.out_features}) got input of shape {tuple(features.shape)}: "
                 "use it with a features dataset (EmojiFeatures) of that width"
             )
