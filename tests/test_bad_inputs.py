@@ -2,8 +2,14 @@
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pytorch_metric_learning.losses import ProxyAnchorLoss
 
 from pml_fieldlosses import losses
+from pml_fieldlosses.app import catalog
+from pml_fieldlosses.losses.declarations import DECLARATIONS
+from pml_fieldlosses.models import RelationalEmbedder
 
 from .helpers import DEVICE
 from .loss_registry import ALL_LOSSES
@@ -257,3 +263,68 @@ def test_huge_mean_fields_normalise_like_unit_ones(loss_class, dtype):
     torch.testing.assert_close(
         grad * huge, expected_grad, rtol=tol["rtol"], atol=tol["rtol"] * expected_grad.abs().max()
     )
+
+
+def relational(base_classes, branch_classes):
+    """The DRML head and a RelationalLoss around ProxyAnchorLoss, whose branch losses may
+    have another num_classes than the base loss."""
+    torch.manual_seed(0)
+    embedder = RelationalEmbedder(8, D * 2, 2)
+    loss_fn = losses.RelationalLoss(
+        ProxyAnchorLoss(base_classes, D * 2),
+        branch_losses=lambda: ProxyAnchorLoss(branch_classes, D),
+        num_branches=2,
+        embedding_size=D * 2,
+    )
+    return embedder, loss_fn
+
+
+@pytest.mark.parametrize(
+    "base_classes, branch_classes, owner",
+    [(10, 3, r"branch_losses\[0\] \(ProxyAnchorLoss\)"), (3, 10, r"base_loss \(ProxyAnchorLoss\)")],
+)
+def test_relational_loss_refuses_labels_beyond_any_wrapped_loss(base_classes, branch_classes, owner):
+    """PML's proxy losses do not check their labels (one_hot's raw error, or an index out of
+    range): the RelationalLoss checks them against the smallest num_classes it wraps."""
+    embedder, loss_fn = relational(base_classes, branch_classes)
+    features = torch.randn(4, 8)
+    with pytest.raises(ValueError, match=rf"labels must be in \[0, num_classes=3\) of {owner}, got max 9"):
+        loss_fn(embedder(features), torch.tensor([0, 1, 9, 2]))
+    with pytest.raises(ValueError, match="labels must be >= 0, got min -1"):
+        loss_fn(embedder(features), torch.tensor([0, 1, -1, 2]))
+    assert torch.isfinite(loss_fn(embedder(features), torch.tensor([0, 1, 2, 2])))
+
+
+def per_class_losses():
+    """Every loss of ours with num_classes, built with C classes: (embedder or None, loss)."""
+    built = {}
+    for declaration in DECLARATIONS:
+        if declaration.per_class:
+            entry = catalog.LOSSES[declaration.bench_name]
+            embedder = entry.embedder(8, D * 4) if entry.embedder else None
+            built[declaration.bench_name] = (embedder, catalog.published(entry.name)(C, D * 4))
+    return built
+
+
+PER_CLASS_LOSSES = per_class_losses()
+
+
+@pytest.mark.parametrize("loss_name", PER_CLASS_LOSSES)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(labels=st.lists(st.integers(-3, 2 * C), min_size=1, max_size=6))
+def test_every_loss_with_num_classes_refuses_labels_out_of_range(loss_name, labels):
+    """Labels in [0, num_classes) compute; any other label gets one line naming num_classes
+    (or >= 0) and the label found, never a torch or PML internal error."""
+    embedder, loss_fn = PER_CLASS_LOSSES[loss_name]
+    features = torch.randn(len(labels), 8 if embedder is not None else D * 4)
+    embeddings = embedder(features) if embedder is not None else features
+    labels = torch.tensor(labels)
+    if labels.min() < 0:
+        with pytest.raises(ValueError, match=rf"^labels must be >= 0, got min {int(labels.min())}$"):
+            loss_fn(embeddings, labels)
+    elif labels.max() >= C:
+        message = rf"^labels must be in \[0, num_classes={C}\)( of base_loss \(\w+\))?, got max {int(labels.max())}$"
+        with pytest.raises(ValueError, match=message):
+            loss_fn(embeddings, labels)
+    else:
+        assert torch.isfinite(loss_fn(embeddings, labels))

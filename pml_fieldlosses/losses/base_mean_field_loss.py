@@ -44,8 +44,10 @@ class BaseMeanFieldLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         )
 
     def cast_types(self, dtype, device):
-        # never below float32: half-precision inputs were upcast by CheckedForwardMixin
-        self.mean_fields.data = c_f.to_device(self.mean_fields.data, device=device, dtype=dtype)
+        # never below float32: half-precision inputs were upcast by CheckedForwardMixin; outside
+        # inference mode, so that a cast under torch.inference_mode() leaves an ordinary parameter
+        with torch.inference_mode(False):
+            self.mean_fields.data = c_f.to_device(self.mean_fields.data, device=device, dtype=dtype)
 
     def compute_loss(self, embeddings, labels, indices_tuple, ref_emb, ref_labels):
         checks.ref_not_supported(self, embeddings, labels, ref_emb, ref_labels)

@@ -127,8 +127,10 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         return PairPotential(self.attraction, self.repulsion, self.delta, self.repulsion_delta)
 
     def cast_types(self, dtype, device):
-        # never below float32: half-precision inputs were upcast by CheckedForwardMixin
-        self.proxies.data = c_f.to_device(self.proxies.data, device=device, dtype=dtype)
+        # never below float32: half-precision inputs were upcast by CheckedForwardMixin; outside
+        # inference mode, so that a cast under torch.inference_mode() leaves an ordinary parameter
+        with torch.inference_mode(False):
+            self.proxies.data = c_f.to_device(self.proxies.data, device=device, dtype=dtype)
 
     def compute_loss(self, embeddings, labels, indices_tuple, ref_emb, ref_labels):
         c_f.indices_tuple_not_supported(indices_tuple)

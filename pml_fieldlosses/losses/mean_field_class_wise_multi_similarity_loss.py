@@ -80,8 +80,13 @@ class MeanFieldClassWiseMultiSimilarityLoss(BaseMeanFieldLoss):
 
         neg_values = self.beta * (sims - self.base) + log_scale.unsqueeze(1)
         shift, sums = grouped_exp_sums(neg_values, batch_class, num_batch_classes)
-        to_absent = (shift + torch.log(torch.exp(-shift) + sums)).index_fill(1, classes, 0.0)
-        in_batch = self.in_batch_pair_terms(shift[:, classes], sums[:, classes])
+        # a mask, not index_fill: torch.compile's inductor (2.13, CPU) wrote the backward of an
+        # index_fill followed by a sum into the summed gradient, zeroing the absent classes' gradient
+        present = torch.zeros(self.num_classes, dtype=torch.bool, device=labels.device).index_fill(
+            0, classes, True
+        )
+        to_absent = torch.where(present, 0.0, shift + torch.log(torch.exp(-shift) + sums))
+        in_batch = self.in_batch_pair_terms(shift, sums, classes)
         neg_loss = (in_batch.sum(dim=1) + 2 * to_absent.sum(dim=1)) / (2 * self.beta)
 
         return {
@@ -89,12 +94,20 @@ class MeanFieldClassWiseMultiSimilarityLoss(BaseMeanFieldLoss):
             "neg_loss": {"losses": neg_loss, "indices": first_sample, "reduction_type": "element"},
         }
 
-    def in_batch_pair_terms(self, shift, sums):
-        """log(1 + Q_ab + Q_ba) for two batch classes a != b (0 on the diagonal),
-        from Q_ab = exp(shift_ab) * sums_ab (C_b x C_b, rows and columns both in
-        the order of the batch classes)."""
-        top = torch.maximum(shift, shift.t())
-        total = torch.exp(-top) + torch.exp(shift - top) * sums + torch.exp(shift.t() - top) * sums.t()
+    def in_batch_pair_terms(self, shift, sums, classes):
+        """log(1 + Q_ab + Q_ba) for two batch classes a != b (0 on the diagonal), C_b x C_b
+        in the order of the batch classes, from Q_ak = exp(shift_ak) * sums_ak (C_b x C:
+        rows the batch classes, columns all classes; ``classes`` the batch classes' labels).
+
+        Q_ab and Q_ba are two gathers indexing both dimensions, not x[:, classes] and its
+        transpose: torch.compile's inductor (2.13, CPU) mis-strided the backward of those and
+        wrote past its buffer."""
+        rows = torch.arange(len(classes), device=classes.device)
+        ab = (rows.unsqueeze(1), classes.unsqueeze(0))  # entry [a, b] is (a, classes[b])
+        ba = (rows.unsqueeze(0), classes.unsqueeze(1))  # entry [a, b] is (b, classes[a])
+        shift_ab, shift_ba = shift[ab], shift[ba]
+        top = torch.maximum(shift_ab, shift_ba)
+        total = torch.exp(-top) + torch.exp(shift_ab - top) * sums[ab] + torch.exp(shift_ba - top) * sums[ba]
         terms = top + torch.log(total)
         return terms.masked_fill(torch.eye(len(terms), dtype=torch.bool, device=terms.device), 0.0)
 

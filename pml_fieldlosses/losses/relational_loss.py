@@ -139,8 +139,10 @@ class RelationalLoss(BaseMetricLossFunction):
         before half-precision inputs are upcast: the losses and the reduction run in at
         least float32 with autocast off."""
         checks.check_embeddings(embeddings, self.embedding_size)
-        # the base loss's num_classes, if it has one (PML's proxy losses don't check their labels)
-        checks.check_labels(labels, embeddings, getattr(self.base_loss, "num_classes", None))
+        # the smallest num_classes of the base and branch losses (PML's proxy losses don't check
+        # their labels, and a branch loss may have been built with fewer classes)
+        num_classes, owner = self.smallest_num_classes()
+        checks.check_labels(labels, embeddings, num_classes, owner=owner)
         if ref_emb is not None or ref_labels is not None:
             raise ValueError("RelationalLoss does not support ref_emb/ref_labels")
         nodes, errors = self.branch_outputs(embeddings)
@@ -230,6 +232,18 @@ class RelationalLoss(BaseMetricLossFunction):
     def branch_loss_of(self, k):
         return self.branch_losses[f"branch_{k}"]
 
+    def smallest_num_classes(self):
+        """The smallest num_classes among base_loss and the branch losses and the name of the
+        first loss that has it, e.g. (3, "branch_losses[0] (ProxyAnchorLoss)"); (None, None) if
+        none declares one."""
+        named = [("base_loss", self.base_loss)]
+        named += [(f"branch_losses[{k}]", self.branch_loss_of(k)) for k in range(self.num_branches)]
+        found = [(declared_classes(loss), name, loss) for name, loss in named if declared_classes(loss)]
+        if not found:
+            return None, None
+        num_classes, name, loss = min(found, key=lambda entry: entry[0])
+        return num_classes, f"{name} ({type(loss).__name__})"
+
     def _sub_loss_names(self):
         return ["branch_loss", "representation_loss", "reconstruction_loss"]
 
@@ -267,6 +281,15 @@ def declared_size(loss):
     one; PML's store none, or 0), else None."""
     size = getattr(loss, "embedding_size", None)
     return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+
+def declared_classes(loss):
+    """The loss's ``num_classes`` attribute if it is a positive int, else None (PML records 0
+    for losses that do not store it, e.g. ProxyNCALoss and NormalizedSoftmaxLoss)."""
+    num_classes = getattr(loss, "num_classes", None)
+    if isinstance(num_classes, int) and not isinstance(num_classes, bool) and num_classes > 0:
+        return num_classes
+    return None
 
 
 def check_size_attribute(name, loss, expected):

@@ -15,7 +15,9 @@ nodes: (batch_size, num_branches, branch_size), the unit-norm branch nodes n_k
 errors: (batch_size, num_branches), the per-sample reconstruction errors e_k
 (differentiable w.r.t. the decoders only).
 version: the embeddings' ``_version`` when they were made; an in-place change
-of the embeddings makes the outputs stale (branch_outputs_of refuses them)."""
+of the embeddings makes the outputs stale (branch_outputs_of refuses them).
+None for embeddings made under torch.inference_mode(): such tensors have no
+version counter, so an in-place change of them is not noticed."""
 
 NO_BRANCH_OUTPUTS = (
     "{name} carry no branch outputs (no `branch_outputs` attribute). RelationalLoss needs the output "
@@ -34,10 +36,10 @@ def branch_outputs_of(embeddings, name="embeddings"):
     outputs = getattr(embeddings, "branch_outputs", None)
     if not isinstance(outputs, BranchOutputs):
         raise RuntimeError(NO_BRANCH_OUTPUTS.format(name=name))
-    if embeddings._version != outputs.version:
+    if outputs.version is not None and version_of(embeddings) != outputs.version:
         raise RuntimeError(
             f"{name} were modified in place after the RelationalEmbedder's forward (tensor version "
-            f"{embeddings._version}, {outputs.version} when made): their branch outputs no longer "
+            f"{version_of(embeddings)}, {outputs.version} when made): their branch outputs no longer "
             "match them. Modify a copy instead (e.g. embeddings * 2, not embeddings.mul_(2))."
         )
     nodes, errors = outputs.nodes, outputs.errors
@@ -47,6 +49,12 @@ def branch_outputs_of(embeddings, name="embeddings"):
             f"{tuple(nodes.shape)}, errors {tuple(errors.shape)} (expected (batch, K, E) and (batch, K))"
         )
     return outputs
+
+
+def version_of(tensor):
+    """The tensor's version counter (``_version``, bumped by every in-place change), or None
+    for a tensor made under torch.inference_mode(), which has none."""
+    return None if tensor.is_inference() else tensor._version
 
 
 def smallest_eps(dtype):
@@ -173,7 +181,7 @@ class RelationalEmbedder(torch.nn.Module):
         if self.training:
             # a plain attribute: it stays with this tensor object (and with what returns the same
             # object, e.g. .to() to its own dtype); any new tensor made from it has none
-            embeddings.branch_outputs = BranchOutputs(nodes, errors, embeddings._version)
+            embeddings.branch_outputs = BranchOutputs(nodes, errors, version_of(embeddings))
         return embeddings
 
     def compute(self, features, rescale=False):

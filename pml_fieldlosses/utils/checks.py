@@ -43,7 +43,10 @@ def check_same_kind(ref_emb, embeddings, name="ref_emb", emb_name="embeddings"):
         raise ValueError(f"{name} is on {ref_emb.device} but {emb_name} is on {embeddings.device}")
 
 
-def check_labels(labels, embeddings, num_classes=None, name="labels", emb_name="embeddings"):
+def check_labels(labels, embeddings, num_classes=None, name="labels", emb_name="embeddings", owner=None):
+    """Class-index labels for ``embeddings``: an integer tensor of one entry per row, each in
+    [0, num_classes) (num_classes None: >= 0). ``owner`` names the loss whose num_classes it
+    is, when the caller wraps several (e.g. "branch_losses[2] (ProxyAnchorLoss)")."""
     if labels is None:
         raise ValueError(f"{name} are required for this loss function")
     if not torch.is_tensor(labels):
@@ -59,16 +62,22 @@ def check_labels(labels, embeddings, num_classes=None, name="labels", emb_name="
     if labels.numel() > 0 and labels.min() < 0:
         raise ValueError(f"{name} must be >= 0, got min {int(labels.min())}")
     if num_classes is not None and labels.numel() > 0 and labels.max() >= num_classes:
-        raise ValueError(f"{name} must be in [0, num_classes={num_classes}), got max {int(labels.max())}")
+        of = "" if owner is None else f" of {owner}"
+        raise ValueError(f"{name} must be in [0, num_classes={num_classes}){of}, got max {int(labels.max())}")
 
 
 def as_index_labels(labels, embeddings):
     """Integer labels of any integer dtype (int8/16/32, uint8, ...) as int64 on
     the embeddings' device, the form torch's indexing, scatter and gather need.
+    Labels made under torch.inference_mode() and used outside it are copied: gather
+    and scatter save their index for the backward, which an inference tensor cannot be.
     Call after check_labels; None stays None."""
     if labels is None:
         return None
-    return labels.to(device=embeddings.device, dtype=torch.long)
+    labels = labels.to(device=embeddings.device, dtype=torch.long)
+    if labels.is_inference() and not torch.is_inference_mode_enabled():
+        labels = labels.clone()
+    return labels
 
 
 def ref_not_supported(loss, embeddings, labels, ref_emb, ref_labels):

@@ -1,3 +1,5 @@
+import math
+
 import torch
 
 
@@ -78,9 +80,12 @@ def scale_rows_for_normalize(x):
     """
     if x is None:
         return None
-    max_exponent = torch.frexp(torch.tensor(torch.finfo(x.dtype).max, dtype=x.dtype)).exponent.item()
+    max_exponent = math.frexp(torch.finfo(x.dtype).max)[1]
     threshold = 2.0 ** (max_exponent // 2 - 10)
     largest = x.detach().abs().amax(dim=1, keepdim=True)
-    # no branch on the values (no device synchronisation): other rows are multiplied by 1
-    exponent = torch.frexp(largest).exponent.masked_fill(largest < threshold, 0)
-    return x * torch.pow(x.new_tensor(2.0), -exponent.to(x.dtype))
+    # no branch on the values (no device synchronisation): other rows are multiplied by 1. The
+    # exponents (small integers, exact in x's dtype) are masked in x's dtype: torch.compile's
+    # inductor fails to compile (CPU) a masked int32 frexp exponent next to float64 values
+    exponent = torch.frexp(largest).exponent.to(x.dtype)
+    exponent = exponent.masked_fill(largest < threshold, 0.0)
+    return x * torch.pow(x.new_tensor(2.0), -exponent)

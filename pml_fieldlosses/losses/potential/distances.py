@@ -54,9 +54,15 @@ def squared_distance_slack(points):
 
 def class_sq_distances(proxies):
     """Squared distances among the proxies of each class, (N, M, D) -> (N, M, M), from the
-    class's Gram matrix, and the proxies' squared norms (N, M)."""
+    class's Gram matrix, and the proxies' squared norms (N, M): its diagonal, gathered by
+    indexing all three dimensions. Not a diagonal view nor a slice-and-index: torch.compile's
+    inductor (CPU) miscompiled the backward of both (2.14 reused the Gram matrix's buffer while
+    still reading its diagonal view: wrong gradients; 2.13 mis-strided the scatter of
+    x[:, index]: writes past the buffer)."""
     gram = torch.bmm(proxies, proxies.transpose(1, 2))
-    sq_norms = gram.diagonal(dim1=1, dim2=2)
+    classes = torch.arange(gram.shape[0], device=gram.device).unsqueeze(1)
+    members = torch.arange(gram.shape[1], device=gram.device).unsqueeze(0)
+    sq_norms = gram[classes, members, members]
     return sq_norms.unsqueeze(2) + sq_norms.unsqueeze(1) - 2 * gram, sq_norms
 
 
