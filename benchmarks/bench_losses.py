@@ -2,10 +2,13 @@
 
     python benchmarks/bench_losses.py                 # full grid, CPU
     python benchmarks/bench_losses.py --quick         # one small shape
-    python benchmarks/bench_losses.py --device cuda --losses ProxyAnchor MFCont
+    python benchmarks/bench_losses.py --device cuda --autocast float16 --losses MFCont MFCWMS
 
 Times are medians over --reps interleaved rounds in one process, printed with
-their ratio to ProxyAnchorLoss at the same shape. Peak memory is measured for
+their ratio to ProxyAnchorLoss at the same shape. With --autocast the forward
+pass runs under torch.autocast of that dtype and the backward pass outside it,
+as in a mixed-precision training step (benchmarks/device.py); on CUDA the clock
+is read after torch.cuda.synchronize. Peak memory is measured for
 each (loss, shape) in a fresh subprocess: on CPU (Linux) the peak resident set
 size during one forward+backward (VmHWM, reset through /proc/self/clear_refs
 just before) minus the resident size before it, i.e. on top of the inputs and
@@ -19,9 +22,9 @@ import re
 import statistics
 import subprocess
 import sys
-import time
 
 import torch
+from device import add_device_options, autocast, check_device, clock, describe, synchronize
 
 from pml_fieldlosses.app import catalog
 
@@ -52,30 +55,26 @@ def make_inputs(batch_size, num_classes, embedding_size, device, seed=0):
     return embeddings.to(device).requires_grad_(), labels.to(device)
 
 
-def forward_backward(loss_fn, embeddings, labels):
+def forward_backward(loss_fn, embeddings, labels, args):
+    """One training step of the loss: forward under the --autocast context, backward outside."""
     loss_fn.zero_grad(set_to_none=True)
     embeddings.grad = None
-    loss_fn(embeddings, labels).backward()
+    with autocast(args):
+        loss = loss_fn(embeddings, labels)
+    loss.backward()
 
 
-def synchronize(device):
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def time_losses(names, batch_size, num_classes, device, reps):
-    embeddings, labels = make_inputs(batch_size, num_classes, EMBEDDING_SIZE, device)
-    loss_fns = {name: LOSSES[name](num_classes, EMBEDDING_SIZE).to(device) for name in names}
+def time_losses(names, batch_size, num_classes, args, reps):
+    embeddings, labels = make_inputs(batch_size, num_classes, EMBEDDING_SIZE, args.device)
+    loss_fns = {name: LOSSES[name](num_classes, EMBEDDING_SIZE).to(args.device) for name in names}
     for loss_fn in loss_fns.values():  # warm-up
-        forward_backward(loss_fn, embeddings, labels)
+        forward_backward(loss_fn, embeddings, labels, args)
     times = {name: [] for name in names}
     for _ in range(reps):
         for name, loss_fn in loss_fns.items():
-            synchronize(device)
-            start = time.perf_counter()
-            forward_backward(loss_fn, embeddings, labels)
-            synchronize(device)
-            times[name].append(time.perf_counter() - start)
+            start = clock(args.device)
+            forward_backward(loss_fn, embeddings, labels, args)
+            times[name].append(clock(args.device) - start)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -84,28 +83,30 @@ def proc_status_bytes(key):
         return int(re.search(rf"{key}:\s+(\d+) kB", f.read()).group(1)) * 1024
 
 
-def peak_memory_child(name, batch_size, num_classes, device):
+def peak_memory_child(name, batch_size, num_classes, args):
     """Runs in a fresh process; prints the peak extra memory in bytes."""
+    device = torch.device(args.device)
     embeddings, labels = make_inputs(batch_size, num_classes, EMBEDDING_SIZE, device)
     loss_fn = LOSSES[name](num_classes, EMBEDDING_SIZE).to(device)
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        forward_backward(loss_fn, embeddings, labels)
-        torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated() - before
+    if device.type == "cuda":
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        forward_backward(loss_fn, embeddings, labels, args)
+        synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device) - before
     else:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # resets VmHWM to the current resident size
         before = proc_status_bytes("VmRSS")
-        forward_backward(loss_fn, embeddings, labels)
+        forward_backward(loss_fn, embeddings, labels, args)
         peak = proc_status_bytes("VmHWM") - before
     print(json.dumps({"peak_bytes": peak}))
 
 
-def peak_memory(name, batch_size, num_classes, device):
-    cmd = [sys.executable, __file__, "--child", name, str(batch_size), str(num_classes), "--device", device]
+def peak_memory(name, batch_size, num_classes, args):
+    cmd = [sys.executable, __file__, "--child", name, str(batch_size), str(num_classes)]
+    cmd += ["--device", args.device, "--autocast", args.autocast]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])["peak_bytes"]
 
@@ -117,33 +118,32 @@ def main():
     parser.add_argument("--losses", nargs="+", default=DEFAULT_LOSSES, choices=list(LOSSES))
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=BATCH_SIZES)
     parser.add_argument("--num-classes", nargs="+", type=int, default=NUM_CLASSES)
-    parser.add_argument("--device", default="cpu")
+    add_device_options(parser)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument("--quick", action="store_true", help="B=64, C=100, 2 reps")
     parser.add_argument("--child", nargs=3, metavar=("LOSS", "B", "C"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    check_device(parser, args)
     if args.child:
         name, batch_size, num_classes = args.child
-        return peak_memory_child(name, int(batch_size), int(num_classes), args.device)
+        return peak_memory_child(name, int(batch_size), int(num_classes), args)
     if args.quick:
         args.batch_sizes, args.num_classes, args.reps = [64], [100], 2
     names = list(dict.fromkeys(["ProxyAnchor"] + args.losses))
 
-    print(
-        f"device={args.device} D={EMBEDDING_SIZE} torch={torch.__version__} threads={torch.get_num_threads()}"
-    )
+    print(f"{describe(args)} D={EMBEDDING_SIZE}")
     print(
         f"{'B':>5} {'C':>6} {'loss':<16} {'fwd+bwd ms':>10} {'xProxyAnchor':>12} {'us/sample':>9} {'peak MB':>8}"
     )
     for num_classes in args.num_classes:
         for batch_size in args.batch_sizes:
-            times = time_losses(names, batch_size, num_classes, args.device, args.reps)
+            times = time_losses(names, batch_size, num_classes, args, args.reps)
             for name in names:
                 memory = (
                     ""
                     if args.no_memory
-                    else f"{peak_memory(name, batch_size, num_classes, args.device) / 2**20:8.1f}"
+                    else f"{peak_memory(name, batch_size, num_classes, args) / 2**20:8.1f}"
                 )
                 print(
                     f"{batch_size:>5} {num_classes:>6} {name:<16} {times[name] * 1e3:>10.2f} "

@@ -6,6 +6,10 @@ of classes (M = 2 proxies per class).
     python benchmarks/bench_potential_training.py                       # N = 400, 2000 (~6 min on 2 cores)
     python benchmarks/bench_potential_training.py --num-classes 11318   # SOP scale (hours on 2 cores)
     python benchmarks/bench_potential_training.py --num-classes 400 --data easy --steps 1500
+    python benchmarks/bench_potential_training.py --num-classes 11318 --device cuda --autocast float16
+    # a long run in parts: the state is saved at every tenth of the run, and a later run goes on from it
+    python benchmarks/bench_potential_training.py --num-classes 11318 --save-state sop.pt --stop-at 5000
+    python benchmarks/bench_potential_training.py --num-classes 11318 --load-state sop.pt --save-state sop.pt
 
 Every step is an ordinary training step: nothing moves the proxies but the
 loss's own optimiser, from their random start until they have contracted
@@ -40,20 +44,37 @@ proxy-pair work per step as a fraction of one dense search of all pairs
 median pairwise distance of the normalised proxies, the median and 90th
 percentile of the proxies' displacement per step, the window's first step,
 and the process's peak memory (resident set; the
-scales of one invocation run in the same process, so it is the peak so far).
+scales of one invocation run in the same process, so it is the peak so far;
+on CUDA also the GPU's, torch.cuda.max_memory_allocated).
+
+``--device`` and ``--autocast`` (benchmarks/device.py): the trunks, losses and
+batches live on that device (the batches are drawn on the CPU, so every device
+trains on the same data), every clock read waits for the device, and under
+``--autocast`` the trunk's and the loss's forward passes run in torch.autocast.
+
+``--save-state PATH`` writes the whole trajectory (step, trunks, proxies,
+optimiser states, random number generators, the windows timed so far and the
+neighbour lists, a cache kept so that a resumed run's first steps cost what
+they would have) at every tenth of the run and when it stops (``--stop-at``);
+``--load-state PATH`` goes on from such a file, with the same settings (one
+scale per run; the device may differ), so the later windows of a long run can
+be timed without rerunning its start.
 """
 
 import argparse
 import copy
+import dataclasses
+import os
 import resource
 import statistics
-import time
 
 import torch
+from device import add_device_options, autocast, check_device, clock, describe
 from pytorch_metric_learning import losses as pml_losses
 
 from pml_fieldlosses import losses
-from pml_fieldlosses.losses.potential.neighbor_list import NeighborList
+from pml_fieldlosses.losses.potential.neighbor_list import ListState, Motion, NeighborList
+from pml_fieldlosses.losses.potential.pair_search import SearchStats
 
 DATA = {
     "hard": {"centre_scale": 1 / 8, "noise": 1.0, "label_noise": 0.1},
@@ -77,26 +98,32 @@ def normalised_proxies(loss_fn):
 def median_proxy_distance(loss_fn, samples=20000):
     flat = normalised_proxies(loss_fn)
     generator = torch.Generator().manual_seed(0)
-    i = torch.randint(0, len(flat), (samples,), generator=generator)
-    j = torch.randint(0, len(flat), (samples,), generator=generator)
+    i = torch.randint(0, len(flat), (samples,), generator=generator).to(flat.device)
+    j = torch.randint(0, len(flat), (samples,), generator=generator).to(flat.device)
     keep = i != j
     return torch.linalg.vector_norm(flat[i[keep]] - flat[j[keep]], dim=1).median().item()
 
 
-def peak_memory_gb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
+def peak_memory(device):
+    """The process's peak resident memory in GB, and on CUDA the GPU's peak allocated memory."""
+    text = f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GB"  # kB on Linux
+    if device.type == "cuda":
+        text += f" (GPU {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GB)"
+    return text
 
 
 class Data:
-    """Synthetic class-structured features and the batches drawn from them."""
+    """Synthetic class-structured features and the batches drawn from them (on the CPU, with
+    ``generator``, then moved to ``device``: every device trains on the same batches)."""
 
-    def __init__(self, num_classes, input_size, batch_size, kind, generator):
+    def __init__(self, num_classes, input_size, batch_size, kind, generator, device):
         settings = DATA[kind]
         basis = torch.randn(16, input_size, generator=generator)
         self.centres = torch.randn(num_classes, 16, generator=generator) @ basis * settings["centre_scale"]
         self.mean = 3 * torch.randn(input_size, generator=generator)
         self.noise, self.label_noise = settings["noise"], settings["label_noise"]
         self.num_classes, self.batch_size, self.generator = num_classes, batch_size, generator
+        self.device = device
 
     def batch(self):
         g = self.generator
@@ -109,15 +136,16 @@ class Data:
         )
         wrong = torch.rand(len(labels), generator=g) < self.label_noise
         labels = torch.where(wrong, torch.randint(0, self.num_classes, (len(labels),), generator=g), labels)
-        return inputs, labels
+        return inputs.to(self.device), labels.to(self.device)
 
 
 class Run:
     """One loss with its own trunk and optimisers, what its timed steps measured
-    ({step: record}), and its stage windows."""
+    ({step: record}), and its stage windows ({stage: (first step, length)})."""
 
     def __init__(self, loss_fn, trunk, args):
-        self.loss_fn, self.trunk = loss_fn, trunk
+        self.loss_fn, self.trunk, self.args = loss_fn, trunk, args
+        self.device = torch.device(args.device)
         self.optimizer = torch.optim.Adam(trunk.parameters(), lr=args.trunk_lr)
         self.loss_optimizer = torch.optim.Adam(loss_fn.parameters(), lr=args.trunk_lr * args.proxy_lr_factor)
         self.neighbors = getattr(loss_fn, "neighbor_list", None)
@@ -126,13 +154,15 @@ class Run:
     def step(self, inputs, labels, step, timed):
         """One training step; if ``timed``, records the loss's forward + backward
         time, how its proxy pairs were found and its proxies' displacements."""
-        embeddings = self.trunk(inputs)
         self.optimizer.zero_grad()
         self.loss_optimizer.zero_grad()
-        start = time.perf_counter()
-        loss = self.loss_fn(embeddings, labels)
+        with autocast(self.args):
+            embeddings = self.trunk(inputs)
+        start = clock(self.device)
+        with autocast(self.args):
+            loss = self.loss_fn(embeddings, labels)
         loss.backward()
-        seconds = time.perf_counter() - start
+        seconds = clock(self.device) - start
         before = normalised_proxies(self.loss_fn) if timed and self.neighbors is not None else None
         self.optimizer.step()
         self.loss_optimizer.step()
@@ -141,13 +171,20 @@ class Run:
         record = {"seconds": seconds}
         if self.neighbors is not None:
             moves = torch.linalg.vector_norm(normalised_proxies(self.loss_fn) - before, dim=1)
-            record.update(moves=moves, mode=self.mode(), work=self.proxy_pair_work())
+            record.update(moves=moves.float().cpu(), mode=self.mode(), work=self.proxy_pair_work())
         self.records[step] = record
+
+    def timed(self, step):
+        return any(first <= step < first + length for first, length in self.windows.values())
 
     def open_window(self, stage, step, length):
         """The stage's timed window starts at ``step``; its median proxy distance is taken now."""
-        self.windows[stage] = range(step, step + length)
+        self.windows[stage] = (step, length)
         self.medians[stage] = median_proxy_distance(self.loss_fn)
+
+    def window_steps(self, stage):
+        first, length = self.windows[stage]
+        return range(first, first + length)
 
     def mode(self):
         nl = self.neighbors
@@ -170,19 +207,130 @@ class Run:
         """The printed cell of one stage: time, ProxyAnchor's (``reference``) in
         the same window and the ratio, modes, work, median distance,
         displacements, first step."""
-        window = [self.records[step] for step in self.windows[stage]]
+        steps = self.window_steps(stage)
+        window = [self.records[step] for step in steps]
         ms = 1e3 * statistics.mean(r["seconds"] for r in window)
-        reference_ms = 1e3 * statistics.mean(
-            reference.records[step]["seconds"] for step in self.windows[stage]
-        )
+        reference_ms = 1e3 * statistics.mean(reference.records[step]["seconds"] for step in steps)
         modes = [r["mode"] for r in window]
         moved = torch.cat([r["moves"] for r in window])
         return (
             f"{stage} {ms:6.0f} ms vs {reference_ms:5.0f} ms x{ms / reference_ms:5.2f} ("
             + ", ".join(f"{m} {modes.count(m)}" for m in ["list", "dense", "build", "all"] if m in modes)
             + f"; work {statistics.mean(r['work'] for r in window):.3f}; median {self.medians[stage]:.2f}"
-            + f"; moves {moved.median():.4f}/{moved.quantile(0.9):.4f}; step {self.windows[stage][0]})"
+            + f"; moves {moved.median():.4f}/{moved.quantile(0.9):.4f}; step {steps[0]})"
         )
+
+    def state(self):
+        """Everything a resumed run needs (tensors, numbers, strings: loadable with weights_only)."""
+        return {
+            "trunk": self.trunk.state_dict(),
+            "loss": self.loss_fn.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "loss_optimizer": self.loss_optimizer.state_dict(),
+            "records": self.records,
+            "windows": self.windows,
+            "medians": self.medians,
+            "neighbors": neighbor_list_state(self.neighbors),
+        }
+
+    def load(self, state):
+        self.trunk.load_state_dict(state["trunk"])
+        self.loss_fn.load_state_dict(state["loss"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.loss_optimizer.load_state_dict(state["loss_optimizer"])
+        self.records, self.medians = state["records"], state["medians"]
+        self.windows = {stage: tuple(window) for stage, window in state["windows"].items()}
+        load_neighbor_list(self.neighbors, state["neighbors"])
+
+
+def neighbor_list_state(nl):
+    """The neighbour list as plain fields (it is a cache: a resumed run with a fresh list gives
+    the same results, but its first steps would cost a build)."""
+    if nl is None or nl.state is None:
+        return None
+    return {
+        "state": dataclasses.asdict(nl.state),
+        "motion": dataclasses.asdict(nl.motion),
+        "stats": dataclasses.asdict(nl.stats),
+    }
+
+
+def load_neighbor_list(nl, fields):
+    if nl is None or fields is None:
+        return
+    nl.state = ListState(**fields["state"])
+    nl.motion = Motion(**fields["motion"])
+    nl.stats = SearchStats(**fields["stats"])
+
+
+# the settings a saved state must share with the run that loads it
+TRAJECTORY_SETTINGS = [
+    "steps",
+    "window",
+    "middle_median",
+    "data",
+    "batch_size",
+    "embedding_size",
+    "input_size",
+    "delta",
+    "trunk_lr",
+    "proxy_lr_factor",
+    "losses",
+    "seed",
+]
+STATE_FORMAT = "bench_potential_training state 1"
+
+
+class StateFileError(Exception):
+    """A saved state that cannot be read or does not fit this run (the message names it)."""
+
+
+def save_state(path, settings, step, data, runs, reference):
+    """Writes the trajectory after ``step`` steps to ``path`` (atomically: a temporary file, then
+    a rename)."""
+    state = {
+        "format": STATE_FORMAT,
+        "settings": settings,
+        "step": step,
+        "data_generator": data.generator.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "runs": {name: run.state() for name, run in runs.items()},
+        "reference": reference.state(),
+    }
+    temporary = f"{path}.tmp{os.getpid()}"
+    torch.save(state, temporary)
+    os.replace(temporary, path)
+
+
+def read_state(path, settings, device):
+    """The saved state at ``path``, checked against this run's ``settings``."""
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except OSError as error:
+        raise StateFileError(f"--load-state {path}: cannot read it ({error.strerror or error})") from None
+    except Exception as error:  # noqa: BLE001 (a damaged or foreign file: torch raises many kinds)
+        raise StateFileError(
+            f"--load-state {path}: not a saved trajectory state ({str(error).splitlines()[0]})"
+        ) from None
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        raise StateFileError(f"--load-state {path}: not a saved trajectory state of this script")
+    try:
+        saved, step = state["settings"], int(state["step"])
+        runs = state["runs"]
+        if not all(isinstance(run, dict) for run in [*runs.values(), state["reference"]]):
+            raise TypeError("runs")
+    except (KeyError, TypeError, ValueError) as error:
+        raise StateFileError(f"--load-state {path}: incomplete state ({error!r} missing)") from None
+    different = [
+        f"--{key.replace('_', '-')} {saved.get(key)!r} (this run: {value!r})"
+        for key, value in settings.items()
+        if saved.get(key) != value
+    ]
+    if different:
+        raise StateFileError(f"--load-state {path} was saved with other settings: " + ", ".join(different))
+    if not 0 < step <= settings["steps"] or sorted(runs) != sorted(settings["losses"]):
+        raise StateFileError(f"--load-state {path}: its step {step} or losses do not fit this run")
+    return state
 
 
 def run_scale(args, C, g):
@@ -192,19 +340,35 @@ def run_scale(args, C, g):
     i.e. while they contract; at the latest so that it ends before the end
     window) and the end. ProxyAnchor is timed at every step of any window."""
     B, D, D_in = args.batch_size, args.embedding_size, args.input_size
+    device = torch.device(args.device)
     steps = args.steps or default_steps(C)
     W = min(args.window, steps // 3)
-    data = Data(C, D_in, B, args.data, g)
+    data = Data(C, D_in, B, args.data, g, device)
     trunk = torch.nn.Linear(D_in, D)
     builders = {
         "PFML": lambda: losses.PotentialFieldLoss(C, D, proxies_per_class=2, delta=args.delta),
         "CPML": lambda: losses.ContrastivePotentialLoss(C, D, proxies_per_class=2, delta=args.delta),
     }
-    runs = {name: Run(builders[name](), copy.deepcopy(trunk), args) for name in args.losses}
-    reference = Run(pml_losses.ProxyAnchorLoss(C, D), copy.deepcopy(trunk), args)
+    runs = {
+        name: Run(builders[name]().to(device), copy.deepcopy(trunk).to(device), args) for name in args.losses
+    }
+    reference = Run(pml_losses.ProxyAnchorLoss(C, D).to(device), copy.deepcopy(trunk).to(device), args)
+    settings = {key: getattr(args, key) for key in TRAJECTORY_SETTINGS}
+    settings.update(num_classes=C, steps=steps)
+    first_step = 0
+    if args.load_state:
+        state = read_state(args.load_state, settings, device)
+        first_step = state["step"]
+        g.set_state(state["data_generator"].cpu())
+        torch.set_rng_state(state["torch_rng"].cpu())
+        for name, run in runs.items():
+            run.load(state["runs"][name])
+        reference.load(state["reference"])
+        print(f"N={C:<6} resumed from {args.load_state} at step {first_step}", flush=True)
+    last_step = min(steps, args.stop_at) if args.stop_at else steps
     check = max(1, steps // 100)
-    started = time.perf_counter()
-    for step in range(steps):
+    started = clock(device)
+    for step in range(first_step, last_step):
         for run in runs.values():
             if step == 1:
                 run.open_window("start", step, W)
@@ -219,20 +383,27 @@ def run_scale(args, C, g):
                 f"{name} {median_proxy_distance(run.loss_fn):.2f}" for name, run in runs.items()
             )
             print(
-                f"N={C:<6} step {step}/{steps}, {time.perf_counter() - started:.0f} s; "
+                f"N={C:<6} step {step}/{steps}, {clock(device) - started:.0f} s; "
                 f"median proxy distance {medians}",
                 flush=True,
             )
+            if args.save_state:
+                save_state(args.save_state, settings, step, data, runs, reference)
         inputs, labels = data.batch()
-        timed = {name: any(step in window for window in run.windows.values()) for name, run in runs.items()}
+        timed = {name: run.timed(step) for name, run in runs.items()}
         if any(timed.values()):
             reference.step(inputs, labels, step, timed=True)
         for name, run in runs.items():
             run.step(inputs, labels, step, timed[name])
-            for stage, window in run.windows.items():
-                if step == window[-1]:  # printed as it closes, so a long run reports as it goes
+            for stage in run.windows:
+                if step == run.window_steps(stage)[-1]:  # printed as it closes: a long run reports as it goes
                     print(f"N={C:<6} {name:<12} {run.stage_cell(stage, reference)}", flush=True)
-    elapsed = time.perf_counter() - started
+    elapsed = clock(device) - started
+    if args.save_state:
+        save_state(args.save_state, settings, last_step, data, runs, reference)
+    if last_step < steps:
+        print(f"N={C:<6} stopped after step {last_step} ({elapsed:.0f} s); state in {args.save_state}")
+        return
     for name, run in runs.items():
         cells = [run.stage_cell(stage, reference) for stage in ("start", "middle", "end")]
         print(f"N={C:<6} {name:<12} " + " | ".join(cells), flush=True)
@@ -245,9 +416,7 @@ def run_scale(args, C, g):
             f"{stats.num_dense_steps} dense steps, {stats.num_partial_rebuilds} partial re-anchors",
             flush=True,
         )
-    print(
-        f"N={C:<6} {elapsed:.0f} s for this scale; peak memory so far {peak_memory_gb():.2f} GB", flush=True
-    )
+    print(f"N={C:<6} {elapsed:.0f} s for this scale; peak memory so far {peak_memory(device)}", flush=True)
 
 
 def main():
@@ -283,17 +452,39 @@ def main():
         default=None,
         help="torch threads (default: torch's; 1 on a shared, busy machine)",
     )
+    parser.add_argument(
+        "--save-state",
+        metavar="PATH",
+        help="write the trajectory's state here at every tenth of the run and when it stops (one scale)",
+    )
+    parser.add_argument(
+        "--load-state", metavar="PATH", help="go on from a state written by --save-state (same settings)"
+    )
+    parser.add_argument(
+        "--stop-at", type=int, metavar="STEP", help="stop after this many steps (with --save-state)"
+    )
+    add_device_options(parser)
     args = parser.parse_args()
+    device = check_device(parser, args)
+    if (args.save_state or args.load_state) and len(args.num_classes) > 1:
+        parser.error("--save-state and --load-state hold one scale: give one --num-classes")
+    if args.stop_at is not None and (args.stop_at < 1 or not args.save_state):
+        parser.error("--stop-at needs a positive step and --save-state (else the run is lost)")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     print(
         f"B={args.batch_size} D={args.embedding_size} M=2 delta={args.delta} data={args.data} "
-        f"window={args.window} threads={torch.get_num_threads()}",
+        f"window={args.window} {describe(args)}",
         flush=True,
     )
     for C in args.num_classes:
-        run_scale(args, C, torch.Generator().manual_seed(args.seed))
+        try:
+            run_scale(args, C, torch.Generator().manual_seed(args.seed))
+        except StateFileError as error:
+            parser.exit(2, f"{parser.prog}: error: {error}\n")
 
 
 if __name__ == "__main__":

@@ -1,24 +1,27 @@
 """How far mixed precision moves each loss from float32.
 
-    python benchmarks/bench_precision.py [--steps 200] [--device cuda]
+    python benchmarks/bench_precision.py [--steps 200] [--device cuda] [--autocast float16]
 
 For random batches (shapes, labels, input scales) through a Linear embedder,
 compares the loss and the gradient (of all parameters, embedder's and loss's,
-as one vector) computed under autocast (bfloat16 on CPU, float16 on CUDA) with
-the float32 ones: relative deviations |mixed - float32| / |float32|, median,
+as one vector) computed with the forward pass under autocast (--autocast; none,
+the default, means float16 on CUDA and bfloat16 on CPU) and the backward pass
+outside it, with the float32 ones: relative deviations |mixed - float32| / |float32|, median,
 95th percentile and largest over the batches (the largest comes from batches
 whose float32 gradient is nearly 0, where rounding noise dominates), and the
 number of batches with a non-finite value.
 """
 
 import argparse
+import contextlib
 import statistics
 
 import torch
+from device import add_device_options, autocast, check_device, describe
 from pytorch_metric_learning import losses as pml_losses
 
-from pml_fieldlosses.app import catalog
 from pml_fieldlosses import losses
+from pml_fieldlosses.app import catalog
 from pml_fieldlosses.models import RelationalEmbedder
 
 # our losses as the tests build them (pml_fieldlosses.app.catalog), and PML's ProxyAnchor
@@ -34,7 +37,8 @@ def relative(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
-def deviations(name, generator, device, dtype):
+def deviations(name, generator, args):
+    device = args.device
     C = int(torch.randint(2, 60, (), generator=generator))
     D = 8 * int(torch.randint(1, 16, (), generator=generator))
     B = int(torch.randint(2, 128, (), generator=generator))
@@ -53,10 +57,10 @@ def deviations(name, generator, device, dtype):
         loss_func = LOSSES[name](C, D).to(device)
     parameters = list(embedder.parameters()) + list(loss_func.parameters())
     results = []
-    for autocast in [False, True]:
+    for mixed in [False, True]:
         for p in parameters:
             p.grad = None
-        with torch.autocast(device, dtype=dtype, enabled=autocast):
+        with autocast(args) if mixed else contextlib.nullcontext():
             loss = loss_func(embedder(data), labels)
         loss.backward()
         results.append(
@@ -76,22 +80,24 @@ def main():
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--device", default="cpu")
+    add_device_options(parser)
     args = parser.parse_args()
-    dtype = torch.float16 if args.device.startswith("cuda") else torch.bfloat16
-    print(f"autocast {dtype} on {args.device}, {args.steps} random batches per loss")
+    device = check_device(parser, args)
+    if args.autocast == "none":  # this script compares mixed precision with float32
+        args.autocast = "float16" if device.type == "cuda" else "bfloat16"
+    print(f"{describe(args)}, {args.steps} random batches per loss, autocast against float32")
     print(f"{'':<34} {'loss deviation':^29} {'gradient deviation':^29}")
     print(
         f"{'loss':<34} {'median':>9} {'p95':>9} {'max':>9} {'median':>9} {'p95':>9} {'max':>9} {'non-finite':>10}"
     )
     for name in list(LOSSES) + ["DRML head + ProxyAnchor"]:
         generator = torch.Generator().manual_seed(0)
-        rows = [deviations(name, generator, args.device, dtype) for _ in range(args.steps)]
+        rows = [deviations(name, generator, args) for _ in range(args.steps)]
         columns = []
         for deviation in ([r[0] for r in rows], [r[1] for r in rows]):
             columns += [
                 statistics.median(deviation),
-                statistics.quantiles(deviation, n=20)[-1],
+                statistics.quantiles(deviation, n=20, method="inclusive")[-1],
                 max(deviation),
             ]
         print(

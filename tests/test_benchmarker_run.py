@@ -7,6 +7,7 @@ after the first fold and resumed; then --evaluate (twice: no duplicate records) 
 trial, a reproduction and its reports; the DRML head."""
 
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -241,6 +242,13 @@ def test_bayesian_optimisation_resumes_and_reports(tmp_path):
     output = run_launcher(tmp_path, "--bayes_opt_iters", "2", *args, log_name="bo2.log")
     assert "Optimization iteration 0" not in output and "Optimization iteration 1" in output
     assert "starting it again" not in output and "starting fresh" not in output  # resumed, not restarted
+    # the trials ran on a warm runner in this process, each timed on it, in time-stamped log
+    # lines (benchmarks/bench_parallel_sweep.py reads them)
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \S+ INFO: "
+    assert re.search(stamp + r"The trial runner was built in [\d.]+ s$", output, re.MULTILINE), output[-5000:]
+    assert re.search(
+        stamp + r"Optimization iteration 1 finished \([\d.]+ s on its runner\)$", output, re.MULTILINE
+    )
     assert file_states(root / "bo0" / FOLDS[0] / "saved_models") == first_trial
     for trial in ("bo0", "bo1"):
         for fold in FOLDS[:2]:

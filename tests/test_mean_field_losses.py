@@ -1,12 +1,18 @@
 """Behaviour shared by MeanFieldContrastiveLoss and MeanFieldClassWiseMultiSimilarityLoss."""
 
+import math
 from collections import Counter
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pytorch_metric_learning import miners, reducers, regularizers
+from pytorch_metric_learning.distances import CosineSimilarity
 
 from pml_fieldlosses import losses
+from pml_fieldlosses.losses.base_mean_field_loss import _NormalizeScaledRows
+from pml_fieldlosses.utils.loss_utils import scale_rows_for_normalize
 
 from .helpers import (
     DEVICE,
@@ -215,3 +221,113 @@ def test_large_beta_stays_finite():
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(x.grad).all()
     assert torch.isfinite(loss_fn.mean_fields.grad).all()
+
+
+# The mean fields are normalised by _NormalizeScaledRows, a fused form of autograd's chain
+# normalize(scale_rows_for_normalize(mean_fields)): it must give that chain's values and
+# gradients bit for bit (torch.equal: a zero may differ in sign), on rows of any scale.
+
+
+def chain_normalize(x):
+    return torch.nn.functional.normalize(scale_rows_for_normalize(x), p=2, dim=1)
+
+
+def rows_of_scales(log_scales, dtype, generator):
+    """Rows of random entries whose largest |entry| is about 10 ** log_scale (None: a zero row;
+    a row of scale s also gets one entry 1e6 times larger, capped below the dtype's largest)."""
+    rows = []
+    for log_scale in log_scales:
+        row = torch.randn(5, generator=generator, dtype=torch.float64)
+        if log_scale is None:
+            row = torch.zeros(5, dtype=torch.float64)
+        else:
+            row = row / row.abs().max() * 10.0**log_scale
+            row[int(torch.randint(5, (), generator=generator))] *= min(
+                1e6, 0.5 * torch.finfo(dtype).max / 10.0**log_scale
+            )
+        rows.append(row)
+    return torch.stack(rows).to(dtype)
+
+
+def log_scales(dtype):
+    tiny, largest = torch.finfo(dtype).smallest_normal, torch.finfo(dtype).max
+    return st.lists(
+        st.one_of(st.none(), st.floats(math.log10(tiny) - 5, math.log10(largest) - 1)), min_size=1, max_size=6
+    )
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from([torch.float32, torch.float64]), seed=st.integers(0, 2**16))
+def test_fused_normalization_equals_autograds_chain_bit_for_bit(data, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = rows_of_scales(data.draw(log_scales(dtype)), dtype, g).to(DEVICE).requires_grad_()
+    upstream = (
+        (
+            torch.randn(x.shape, generator=g, dtype=torch.float64)
+            * 10.0 ** float(torch.randint(-3, 4, (), generator=g))
+        )
+        .to(dtype)
+        .to(DEVICE)
+    )
+    fused = _NormalizeScaledRows.apply(x, 1e-12)
+    (fused_grad,) = torch.autograd.grad(fused, x, upstream)
+    chain = chain_normalize(x)
+    (chain_grad,) = torch.autograd.grad(chain, x, upstream)
+    assert torch.equal(fused, chain) and torch.equal(fused_grad, chain_grad)
+
+
+def test_fused_normalization_second_derivative_is_autograds_chain():
+    g = torch.Generator().manual_seed(0)
+    ordinary = rows_of_scales([0.0, -1.0, 1.0], torch.float64, g).requires_grad_()
+    assert torch.autograd.gradgradcheck(lambda x: _NormalizeScaledRows.apply(x, 1e-12), (ordinary,))
+    x = rows_of_scales([0.0, None, 200.0, -3.0], torch.float64, g).requires_grad_()
+    upstream = torch.randn(x.shape, generator=g, dtype=torch.float64)
+    first = [
+        torch.autograd.grad(f(x), x, upstream, create_graph=True)[0]
+        for f in (lambda x: _NormalizeScaledRows.apply(x, 1e-12), chain_normalize)
+    ]
+    second = [torch.autograd.grad(d.square().sum(), x)[0] for d in first]
+    assert torch.equal(*first)
+    torch.testing.assert_close(*second, rtol=0, atol=0, equal_nan=True)  # NaN on the zero row, as autograd's
+
+
+class ThroughTheDistance:
+    """The mean-field losses as they computed similarities before the fused normalisation."""
+
+    def mean_field_similarities(self, embeddings):
+        return self.distance(embeddings, self.normalizable_mean_fields())
+
+    def normalized_mean_fields(self):
+        return self.distance.normalize(self.normalizable_mean_fields())
+
+
+class RoundedCosine(CosineSimilarity):
+    """A distance that normalises in its own way: the losses must call it, not the fused path."""
+
+    def normalize(self, embeddings, dim=1, **kwargs):
+        return super().normalize(embeddings, dim=dim, **kwargs).mul(2**10).round().div(2**10)
+
+
+@pytest.mark.parametrize(
+    "distance", [None, CosineSimilarity(power=2), RoundedCosine()], ids=["default", "power2", "own_normalize"]
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("loss_class", MF_LOSSES)
+def test_losses_equal_the_distance_path_bit_for_bit(loss_class, dtype, distance):
+    g = torch.Generator().manual_seed(3)
+    kwargs = {"mf_reg_weight": 0.5} if distance is None else {"mf_reg_weight": 0.5, "distance": distance}
+    fused = loss_class(NUM_CLASSES, EMBEDDING_SIZE, **kwargs).to(DEVICE, dtype)
+    plain = type("Plain", (ThroughTheDistance, loss_class), {})(NUM_CLASSES, EMBEDDING_SIZE, **kwargs)
+    plain = plain.to(DEVICE, dtype)
+    scales = [0.0, None, 30.0, -20.0, 2.0, 0.0, 35.0, -1.0, 1.0][:NUM_CLASSES]
+    mean_fields = rows_of_scales(scales, dtype, g).repeat(1, 2)[:, :EMBEDDING_SIZE].to(DEVICE)
+    x = (torch.randn(len(LABELS), EMBEDDING_SIZE, generator=g, dtype=dtype) * 3).to(DEVICE)
+    results = []
+    for loss_fn in (fused, plain):
+        with torch.no_grad():
+            loss_fn.mean_fields.copy_(mean_fields)
+        x_in = x.clone().requires_grad_()
+        loss = loss_fn(x_in, LABELS.to(DEVICE))
+        results.append([loss, *gradients(loss, [x_in, loss_fn.mean_fields])])
+    for got, want in zip(*results):
+        assert torch.equal(got, want)

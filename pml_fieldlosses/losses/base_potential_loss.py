@@ -6,7 +6,7 @@ from pytorch_metric_learning.utils import common_functions as c_f
 
 from ..utils import checks
 from .mixins import CheckedForwardMixin
-from .potential.candidates import attracting_classes, canonical_order, embedding_candidates
+from .potential.candidates import canonical_order, class_pairs, embedding_candidates
 from .potential.distances import full_precision_matmul
 from .potential.energy import (
     PairPotential,
@@ -188,11 +188,9 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
     def sparse_energies(self, embeddings, raw_proxies, point_labels):
         """The same E_a by the plateau decomposition: the searches without gradient, then the
         energy of the pairs they found."""
-        N, M = self.num_classes, self.proxies_per_class
         with torch.no_grad(), full_precision_matmul():  # the searches' rounding margins assume it
             proxies = self.proxy_points(raw_proxies)
             pairs, same = self.candidate_pairs(embeddings.detach(), proxies, point_labels)
-            classes = attracting_classes(proxies.view(N, M, -1), self.delta)
         energies = scalable_energies(
             embeddings,
             raw_proxies,
@@ -200,9 +198,8 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
             potential=self.pair_potential(),
             pairs=pairs,
             same=same,
-            attracting_classes=classes,
             proxy_points=self.proxy_points,
-            proxies_per_class=M,
+            proxies_per_class=self.proxies_per_class,
             chunk_entries=self.chunk_entries,
         )
         if self.collect_stats:
@@ -211,19 +208,14 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
 
     def candidate_pairs(self, embeddings, proxies, point_labels):
         """Unordered pairs (i < j) of points (embeddings first, then proxies) that may be off
-        their plateau, except those of two proxies of one class (see
-        potential.energy.intra_class_energies), in a canonical order: a (2, K) index tensor
-        and a bool mask of the same-class pairs."""
+        their plateau, in a canonical order: a (2, K) index tensor and a bool mask of the
+        same-class pairs."""
         B = len(embeddings)
         pairs = embedding_candidates(
-            embeddings,
-            proxies,
-            point_labels,
-            self.delta,
-            self.repulsion_delta,
-            self.proxies_per_class,
-            self.chunk_entries,
+            embeddings, proxies, point_labels, self.delta, self.repulsion_delta, self.chunk_entries
         )
+        # proxies of one class that may be farther apart than delta
+        pairs.append(class_pairs(proxies, self.proxies_per_class, self.delta, self.chunk_entries) + B)
         # proxies of different classes within repulsion_delta (by their coordinates)
         search = self.neighbor_list
         search.chunk_entries, search.gather_entries = self.chunk_entries, self.gather_entries

@@ -68,7 +68,7 @@ class MeanFieldClassWiseMultiSimilarityLoss(BaseMeanFieldLoss):
     def compute_data_loss(self, embeddings, labels, indices_tuple):
         dtype = embeddings.dtype
         miner_weights = lmu.convert_to_weights(indices_tuple, labels, dtype=dtype)
-        sims = self.distance(embeddings, self.normalizable_mean_fields())
+        sims = self.mean_field_similarities(embeddings)
         classes, batch_class, first_sample = compact_labels(labels)
         num_batch_classes = len(classes)
         counts = torch.bincount(batch_class, minlength=num_batch_classes).to(dtype)

@@ -52,7 +52,7 @@ class MeanFieldContrastiveLoss(BaseMeanFieldLoss):
 
     def compute_data_loss(self, embeddings, labels, indices_tuple):
         miner_weights = lmu.convert_to_weights(indices_tuple, labels, dtype=embeddings.dtype)
-        distances = 1 - self.distance(embeddings, self.normalizable_mean_fields())
+        distances = 1 - self.mean_field_similarities(embeddings)
         own_class = labels.unsqueeze(1)
         pos_loss = torch.relu(distances.gather(1, own_class).squeeze(1) - self.pos_margin)
         neg_loss = torch.relu(self.neg_margin - distances).scatter(1, own_class, 0.0).sum(dim=1)

@@ -8,6 +8,7 @@ from pytorch_metric_learning.utils import common_functions as c_f
 from ..models.relational_embedder import RelationalEmbedder, branch_outputs_of
 from ..utils import checks
 from ..utils.loss_utils import upcast_half
+from .relational_branches import batchable_proxy_anchor, proxy_anchor_branches
 
 
 # "Deep Relational Metric Learning" (Zheng et al., ICCV 2021), the DRML objective;
@@ -214,14 +215,23 @@ class RelationalLoss(BaseMetricLossFunction):
         """Sum over branches of the branch loss on the samples assigned to the branch."""
         assignment = errors.detach().argmin(dim=1)  # first minimum: ties -> lowest index
         counts = torch.bincount(assignment, minlength=self.num_branches).tolist()
-        members_of_branch = torch.argsort(assignment, stable=True).split(counts)
-        total = 0
-        for k, members in enumerate(members_of_branch):
-            if self.collect_stats:
+        # the samples grouped by branch (in batch order within a branch) and each one's own node,
+        # gathered at once: one indexing op (and one scatter in the backward) instead of one per branch
+        order = torch.argsort(assignment, stable=True)
+        grouped_nodes, grouped_labels = nodes[order, assignment[order]], labels[order]
+        if self.collect_stats:
+            for k in range(self.num_branches):
                 setattr(self, f"num_samples_branch_{k}", counts[k])
+        called = [k for k in range(self.num_branches) if counts[k] > 0]  # an empty branch adds 0
+        losses = [self.branch_loss_of(k) for k in called]
+        if indices_tuple is None and self.branch_miner is None and batchable_proxy_anchor(losses):
+            return proxy_anchor_branches(losses, grouped_nodes, grouped_labels, [counts[k] for k in called])
+        grouped_nodes, grouped_labels = grouped_nodes.split(counts), grouped_labels.split(counts)
+        total = 0
+        for k, members in enumerate(order.split(counts)):
             if counts[k] == 0:
                 continue
-            branch_nodes, branch_labels = nodes[members, k], labels[members]
+            branch_nodes, branch_labels = grouped_nodes[k], grouped_labels[k]
             if self.branch_miner is not None:
                 branch_tuple = self.branch_miner(branch_nodes, branch_labels)
             else:

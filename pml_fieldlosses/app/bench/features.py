@@ -34,10 +34,33 @@ def _row(array, row):
     return torch.from_numpy(np.array(array[row]))
 
 
+class Samples(list):
+    """The samples of a batch read at once (a dataset's ``__getitems__``): the list of
+    (input, label) that any collate function takes, which also holds them stacked
+    (``stacked``), so that ``collate`` need not copy them again."""
+
+    def __init__(self, inputs, labels):
+        super().__init__(zip(inputs.unbind(0), labels.unbind(0)))
+        self.stacked = [inputs, labels]
+
+
+def collate(samples):
+    """torch's default collation of (input, label) samples: [inputs, labels], each stacked
+    (a batch read at once as it is)."""
+    if isinstance(samples, Samples):
+        return list(samples.stacked)
+    return torch.utils.data.default_collate(samples)
+
+
 class ViewsDataset(torch.utils.data.Dataset):
     """Training set of cached features with several views per sample: item i is
     ``views[v][rows[v][i]]`` for a view v drawn at random (global torch RNG, so
-    seeded runs repeat)."""
+    seeded runs repeat).
+
+    A DataLoader reads a whole batch at once (``__getitems__``): the views of its
+    samples in one draw, which gives the same views and leaves the generator in the
+    same state as one draw per sample, and the rows of each view in one read of the
+    array, not one Python call per sample."""
 
     def __init__(self, views, rows, labels):
         self.views, self.rows = views, rows
@@ -50,9 +73,22 @@ class ViewsDataset(torch.utils.data.Dataset):
         view = torch.randint(len(self.views), ()).item()
         return _row(self.views[view], self.rows[view][i]), self.labels[i]
 
+    def __getitems__(self, indices):
+        indices = np.asarray(indices, dtype=np.int64)
+        views = torch.randint(len(self.views), (len(indices),)).numpy()
+        parts = [
+            np.asarray(array[np.asarray(rows)[indices[views == v]]])
+            for v, (array, rows) in enumerate(zip(self.views, self.rows))
+        ]
+        batch = np.empty((len(indices), *parts[0].shape[1:]), parts[0].dtype)
+        for v, part in enumerate(parts):  # a loop over the views, not the samples
+            batch[views == v] = part
+        return Samples(torch.from_numpy(batch), self.labels[torch.from_numpy(indices)])
+
 
 class ArrayDataset(torch.utils.data.Dataset):
-    """(inputs[rows[i]], labels[i]): the rows of an array (features or images) that the split uses."""
+    """(inputs[rows[i]], labels[i]): the rows of an array (features or images) that the
+    split uses; a DataLoader reads a whole batch in one read (``__getitems__``)."""
 
     def __init__(self, inputs, rows, labels):
         self.inputs, self.rows = inputs, rows
@@ -64,11 +100,16 @@ class ArrayDataset(torch.utils.data.Dataset):
     def __getitem__(self, i):
         return _row(self.inputs, self.rows[i]), self.labels[i]
 
+    def __getitems__(self, indices):
+        indices = np.asarray(indices, dtype=np.int64)
+        batch = np.asarray(self.inputs[np.asarray(self.rows)[indices]])
+        return Samples(torch.from_numpy(batch), self.labels[torch.from_numpy(indices)])
+
 
 def collate_images(batch, train):
     """uint8 HWC images -> float NCHW in [0, 255], augmented when ``train``."""
-    images = to_float_nchw(torch.stack([item[0] for item in batch]))
-    labels = torch.stack([item[1] for item in batch])
+    images, labels = collate(batch)
+    images = to_float_nchw(images)
     if train:
         images = augment(images, generator=None)
     return images, labels
@@ -359,6 +400,8 @@ def prepare_inputs(dataset, split, config, file=None):
             eval_inputs=clean,
             in_features=clean.shape[1],
             make_trunk=lambda: standardize,
+            train_collate=collate,
+            eval_collate=collate,
             seconds=seconds,
             **common,
         )

@@ -31,7 +31,8 @@ def ray_backend(address=None, device="cpu", num_cpus=None, num_gpus=None):
     return functools.partial(_run_jobs, address, cluster.resources(device, num_cpus, num_gpus))
 
 
-def _run_jobs(address, options, function, shared, jobs, workers, on_event=None, keep_results=True):
+def _run_jobs(address, options, function, shared, jobs, workers, on_event=None, keep_results=True, cost=None):
+    # ``cost`` (the local pool's order) is not used: every job is submitted at once
     from ray.util.queue import Empty, Queue
 
     on_event = on_event or (lambda kind, job, value: None)

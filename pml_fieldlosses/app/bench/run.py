@@ -139,7 +139,9 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, report=
     models = {"trunk": trunk, "embedder": embedder, "metric_loss": loss}
     optimizers, schedulers, clippers = optimisation(models, config, inputs.trunk_lr_multiplier)
 
-    record_keeper, _, writer = logging_presets.get_record_keeper(
+    from . import records  # record-keeper and TensorBoard (the bench extra) only when a run starts
+
+    record_keeper, record_writer, writer = records.get_record_keeper(
         str(run_dir / "records"), str(tensorboard_dir)
     )
     hooks = logging_presets.get_hook_container(record_keeper, primary_metric=metrics.PRIMARY, log_freq=10)
@@ -194,6 +196,7 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, report=
             distance = proxy_distance(loss, tester, inputs, trunk, embedder)
     if writer is not None:
         writer.close()
+    record_writer.sync()
     keep_best_models(model_dir, best_epoch)
     return RunResult(
         loss=loss_name,

@@ -184,6 +184,13 @@ class Progress:
                 status += f": test MAP@R {value.test['mean_average_precision_at_r']:.3f}"
         self.bar.set_postfix_str(f"{status}; {self.estimate()}", refresh=True)
 
+    def cost(self, job):
+        """``job``'s estimated seconds, for the order of the runs (scheduler.next_job): its
+        loss's mean epoch seconds so far times the maximum epochs; None before the loss's
+        first epoch."""
+        seconds = self.epoch_seconds.get(job[0])
+        return None if not seconds else self.config.epochs * _mean(seconds, 0.0)
+
     def estimate(self):
         if not self.epoch_seconds:
             return "time left: estimated after the first epochs"
@@ -211,7 +218,8 @@ def run_all(inputs, config, out_dir, file=None, jobs=None, test=True, backend=sc
     seed) ``jobs`` given). A run whose result.json exists is loaded, not
     recomputed; a run folder without a valid one (a killed run) starts afresh.
     Runs go to ``number_of_workers`` processes through ``backend`` (the
-    scheduler's run_jobs signature). ``test=False``: no test evaluation.
+    scheduler's run_jobs signature), the longest first once their losses' epochs
+    have been timed (``Progress.cost``). ``test=False``: no test evaluation.
     Returns the RunResults in job order, the untrained row repeated for every
     seed when it was computed once."""
     file = file or sys.stderr
@@ -228,7 +236,8 @@ def run_all(inputs, config, out_dir, file=None, jobs=None, test=True, backend=sc
         tqdm.tqdm.monitor_interval = 0  # no monitor thread: nothing threaded to fork
         progress = Progress(todo, config, workers, file)
         try:
-            results = backend(execute_run, Shared(inputs, config, out_dir, test), todo, workers, progress)
+            shared = Shared(inputs, config, out_dir, test)
+            results = backend(execute_run, shared, todo, workers, progress, cost=progress.cost)
         finally:
             progress.close()
         done.update(zip(todo, results))

@@ -2,7 +2,9 @@
 
 ``run_jobs(function, shared, jobs, workers, on_event)`` calls
 ``function(shared, job, report)`` for every job and returns the results in job
-order. ``report(**info)`` sends progress from inside a job to ``on_event``.
+order. ``report(**info)`` sends progress from inside a job to ``on_event``; an
+optional ``cost`` (job -> estimated seconds) lets the workers take the longest jobs
+first.
 Another backend (e.g. a cluster scheduler) replaces this one function.
 
 With more than one worker, the workers are forked (``shared``, e.g. the
@@ -79,14 +81,29 @@ def _in_process(function, shared, jobs, on_event, keep):
     return results
 
 
-def run_jobs(function, shared, jobs, workers, on_event=None, keep_results=True):
+def next_job(pending, cost):
+    """The position in ``pending`` ([(index, job)]) of the job a free worker takes: the
+    first, or with ``cost`` (job -> estimated seconds, None when not known yet) the first
+    of unknown cost, else the costliest (longest first: the workers' last jobs are then
+    the short ones, so they finish together)."""
+    if cost is None:
+        return 0
+    costs = [cost(job) for _, job in pending]
+    unknown = [i for i, c in enumerate(costs) if c is None]
+    if unknown:
+        return unknown[0]
+    return max(range(len(costs)), key=lambda i: (costs[i], -i))
+
+
+def run_jobs(function, shared, jobs, workers, on_event=None, keep_results=True, cost=None):
     """Results of ``function(shared, job, report)`` for each of ``jobs`` (in
     order), with ``workers`` processes (1: in this process). ``on_event(kind,
     job, value)`` is called in this process with kind "progress" (value: the
     info a job reported) and "done" (value: its result). A job's exception is
     raised here after the other running jobs are stopped. ``keep_results=False``:
     results are only given to ``on_event`` (e.g. written to a file), and None
-    returned for each."""
+    returned for each. ``cost``: the order in which the workers take the jobs
+    (``next_job``); the results are in the order of ``jobs`` whatever it is."""
     on_event = on_event or (lambda kind, job, value: None)
     jobs = list(jobs)
     if workers <= 1 or len(jobs) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
@@ -99,7 +116,7 @@ def run_jobs(function, shared, jobs, workers, on_event=None, keep_results=True):
             processes[conn] = context.Process(target=_worker, args=(function, shared, os.getpid(), child))
             processes[conn].start()
             child.close()  # so that the parent sees EOF when this worker dies
-            busy[conn] = pending.pop(0)
+            busy[conn] = pending.pop(next_job(pending, cost))
             conn.send(busy[conn][1])
         while busy:
             for conn in multiprocessing.connection.wait(list(busy)):
@@ -118,7 +135,7 @@ def run_jobs(function, shared, jobs, workers, on_event=None, keep_results=True):
                     results[index] = value if keep_results else None
                     del busy[conn]
                     if pending:
-                        busy[conn] = pending.pop(0)
+                        busy[conn] = pending.pop(next_job(pending, cost))
                         conn.send(busy[conn][1])
                     else:
                         conn.send(None)

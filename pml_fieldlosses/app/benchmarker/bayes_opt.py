@@ -21,7 +21,8 @@ The loop (``run``) is: propose trials (or take up unfinished ones: ``next_trials
 the trial executor has room, give them to it, record each result as it comes back
 (``record``); then ``report``. Trials are independent pb experiments: the executor runs
 them one after another in this process (trials.SequentialTrials, ``--parallel_trials 1``)
-or K at a time on warm Ray workers (parallel.RayTrials); it only runs what it is given.
+or K at a time on warm Ray workers (parallel.RayTrials), each on a warm runner that times
+it; it only runs what it is given.
 
 The search ranges are fixed when the optimisation starts (the configs are saved in the
 experiment folder and read from there when resuming).
@@ -164,8 +165,8 @@ class BayesOptRunner(TrialRunner):
                 return
             trial, result, seconds = self.trials.next_done()
             busy.discard(trial.index)
-            if seconds is not None:
-                logger.info("Optimization iteration %d finished (%.1f s on its worker)", trial.index, seconds)
+            if seconds is not None:  # the trial's own time, without ax's and the records' between trials
+                logger.info("Optimization iteration %d finished (%.1f s on its runner)", trial.index, seconds)
             self.record(client, record_keeper, trial, result)
 
     def next_trials(self, client, count, busy=()):
@@ -251,7 +252,7 @@ class BayesOptRunner(TrialRunner):
                 self.trials.submit("reproduce", waiting.pop())
             (_, i), _, seconds = self.trials.next_done()
             if seconds is not None:
-                logger.info("Reproduction %d of %s finished (%.1f s on its worker)", i, name, seconds)
+                logger.info("Reproduction %d of %s finished (%.1f s on its runner)", i, name, seconds)
 
     def save_best_parameters(self, record_keeper, client):
         metric = self.primary_metric

@@ -126,8 +126,9 @@ def check_search_space(config, resuming):
 
 
 def check_launcher_combinations(args, bayes_opt):
-    """The options of the optimisation's trials need ``--bayes_opt_iters``; a Ray cluster's
-    address must answer (cluster.ClusterError)."""
+    """The options of the optimisation's trials need ``--bayes_opt_iters`` (``--trial_gpus``
+    also Ray: it would be ignored in this process); a Ray cluster's address must answer
+    (cluster.ClusterError)."""
     given = [
         option
         for option, value, default in (
@@ -142,6 +143,11 @@ def check_launcher_combinations(args, bayes_opt):
         raise UsageError(
             f"argument {given[0]}: only with --bayes_opt_iters N (it places the optimisation's trials; "
             "a single experiment runs in this process)"
+        )
+    if args.trial_gpus is not None and args.parallel_trials == 1 and not args.ray_address:
+        raise UsageError(
+            "argument --trial_gpus: only with Ray (--parallel_trials > 1 or --ray_address); without Ray the "
+            "trials run in this process, which pb puts on the GPU whenever torch sees one"
         )
     if args.reproductions != [0] and not bayes_opt:
         raise UsageError(

@@ -29,7 +29,7 @@ from .names import UnknownClass
 from .protocol import ProtocolError
 from .runner_factory import RunnerFactory, import_target
 from .runners import check_values, pb_words
-from .trials import SequentialTrials
+from .trials import LOG_FORMAT, SequentialTrials
 
 CONFIG_MARKER = "config_foldernames.yaml"
 DATA_FILES_CONFIG_ROOT = "share/pml-fieldlosses/configs"
@@ -115,7 +115,7 @@ def build_parser():
         type=float_range(0, low_open=True),
         default=None,
         help="CPUs per trial, also its torch threads (default: the cluster's CPUs / --parallel_trials, "
-        "at most one node's)",
+        "at most one node's; without Ray: torch's threads, all cores)",
     )
     parser.add_argument(
         "--register",
@@ -222,7 +222,8 @@ def parse(argv):
 
 def trial_executor(args, factory):
     """What runs the optimisation's trials: K = ``--parallel_trials`` warm Ray workers
-    (also for K = 1 with ``--ray_address``), else this process, one trial at a time."""
+    (also for K = 1 with ``--ray_address``), else a warm runner in this process, one trial at a
+    time, with ``--trial_cpus`` torch threads if given."""
     if args.parallel_trials > 1 or args.ray_address:
         from .parallel import RayTrials
 
@@ -233,7 +234,7 @@ def trial_executor(args, factory):
             args.trial_gpus,
             args.trial_cpus,
         )
-    return SequentialTrials(factory)
+    return SequentialTrials(factory, None if args.trial_cpus is None else max(1, int(args.trial_cpus)))
 
 
 def make_runner(args, factory):
@@ -250,8 +251,12 @@ def run(args, factory):
     files (logged at INFO, exit 0): a UsageError (fixes experiment_folder_taken_exits_0;
     the checks refuse such a folder before pb)."""
     checks.check_run(args, factory)
-    logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    logging.basicConfig(format=LOG_FORMAT)
     logging.getLogger().setLevel(logging.INFO)
+    # importing pb logs a line, which gave the root logger Python's default handler (no time
+    # stamps) before this: the launcher's lines carry their time whatever handler prints them
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
     try:
         make_runner(args, factory).run()
     except SystemExit as e:

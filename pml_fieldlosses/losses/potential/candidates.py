@@ -8,74 +8,63 @@ Points are numbered as in energy.py: the B embeddings, then the N M proxies, cla
 
 import torch
 
-from .distances import class_sq_distances, rounding_slack
+from .distances import rounding_slack, squared_distance_slack
 
 
-def embedding_candidates(
-    embeddings, proxies, point_labels, delta, repulsion_delta, proxies_per_class, chunk_entries
-):
-    """The candidate pairs (i < j) with an embedding in them, as a list of (2, K) index tensors:
-    same-class pairs that may be farther apart than ``delta`` and pairs of different classes
-    that may be closer than ``repulsion_delta`` (``proxies``: the proxies as points, (N M, D))."""
+def embedding_candidates(embeddings, proxies, point_labels, delta, repulsion_delta, chunk_entries):
+    """The candidate pairs (i < j) with an embedding in them, as a list of (2, K) index tensors
+    (one per block of rows, each in the canonical order): same-class pairs that may be farther
+    apart than ``delta`` and pairs of different classes that may be closer than
+    ``repulsion_delta`` (``proxies``: the proxies as points, (N M, D)). One matrix product of the
+    embeddings with all points (embeddings, then proxies) per block of at most about
+    ``chunk_entries`` entries, one rule for every kind of pair: an embedding's own proxies are
+    candidates only when they may be farther than ``delta``, like any same-class pair."""
     B = len(embeddings)
-    emb_norms = torch.linalg.vector_norm(embeddings, dim=1)
-    proxy_norms = torch.linalg.vector_norm(proxies, dim=1)
-    max_norm = torch.maximum(emb_norms.max(), proxy_norms.max()).item()
-    slack = rounding_slack(max_norm, embeddings.shape[1], embeddings.dtype)
+    points = torch.cat([embeddings, proxies])
+    norms = torch.linalg.vector_norm(points, dim=1)
+    slack = rounding_slack(norms.max().item(), points.shape[1], points.dtype)
     att_threshold = delta**2 - slack
     rep_threshold = repulsion_delta**2 + slack
-    emb_sq_norms, proxy_sq_norms = emb_norms.square(), proxy_norms.square()
-    labels, proxy_labels = point_labels[:B], point_labels[B:]
-    return [
-        embedding_pairs(embeddings, labels, emb_sq_norms, att_threshold, rep_threshold),
-        own_proxy_pairs(labels, proxies_per_class),
-        *other_proxy_pairs(
-            embeddings,
-            proxies,
-            labels,
-            proxy_labels,
-            emb_sq_norms,
-            proxy_sq_norms,
-            rep_threshold,
-            chunk_entries,
-        ),
-    ]
-
-
-def embedding_pairs(embeddings, labels, sq_norms, att_threshold, rep_threshold):
-    """Pairs of embeddings (i < j): of one class above ``att_threshold`` or of different
-    classes below ``rep_threshold`` (squared distances), from the B x B matrix product."""
-    arange = torch.arange(len(embeddings), device=labels.device)
-    sq = sq_norms.unsqueeze(1) + sq_norms.unsqueeze(0) - 2 * embeddings @ embeddings.T
-    same = labels.unsqueeze(1) == labels.unsqueeze(0)
-    upper = arange.unsqueeze(1) < arange.unsqueeze(0)
-    return (upper & torch.where(same, sq > att_threshold, sq < rep_threshold)).nonzero().T
-
-
-def own_proxy_pairs(labels, proxies_per_class):
-    """Each embedding and every proxy of its class (B M pairs, no search)."""
-    B, M = len(labels), proxies_per_class
-    own = B + labels.unsqueeze(1) * M + torch.arange(M, device=labels.device)
-    return torch.stack([torch.arange(B, device=labels.device).repeat_interleave(M), own.reshape(-1)])
-
-
-def other_proxy_pairs(
-    embeddings, proxies, labels, proxy_labels, emb_sq_norms, proxy_sq_norms, threshold, chunk_entries
-):
-    """Embeddings and the proxies of other classes below ``threshold`` (squared distance): one
-    B x (N M) matrix product in blocks of rows of at most about ``chunk_entries`` entries.
-    Returns one (2, K) tensor per block."""
-    B = len(embeddings)
-    step = max(1, chunk_entries // len(proxies))
+    sq_norms = norms.square()
+    columns = torch.arange(len(points), device=points.device)
+    step = max(1, chunk_entries // len(points))
     pairs = []
     for start in range(0, B, step):
-        sq = torch.addmm(proxy_sq_norms.unsqueeze(0), embeddings[start : start + step], proxies.T, alpha=-2)
-        sq += emb_sq_norms[start : start + step].unsqueeze(1)
-        row, col = (sq < threshold).nonzero().unbind(1)
-        row = row + start
-        keep = labels[row] != proxy_labels[col]
-        pairs.append(torch.stack([row[keep], B + col[keep]]))
+        stop = min(start + step, B)
+        sq = torch.addmm(sq_norms.unsqueeze(0), embeddings[start:stop], points.T, alpha=-2)
+        sq += sq_norms[start:stop].unsqueeze(1)
+        same = point_labels[start:stop].unsqueeze(1) == point_labels.unsqueeze(0)
+        close = torch.where(same, sq > att_threshold, sq < rep_threshold)
+        # i < j: the upper triangle among the embeddings (every proxy comes after every embedding)
+        close &= columns.unsqueeze(0) > columns[start:stop].unsqueeze(1)
+        row, col = close.nonzero().unbind(1)
+        pairs.append(torch.stack([row + start, col]))
     return pairs
+
+
+def class_pairs(proxies, proxies_per_class, delta, chunk_entries):
+    """The pairs (i < j) of two proxies of one class (numbered as rows of ``proxies``, the
+    proxies as points, (N M, D), class-major) that may be farther apart than ``delta``, by their
+    coordinate differences (as the energies compute them), with a margin for rounding: the
+    others are on the attraction plateau. In blocks of classes of at most about
+    ``chunk_entries`` coordinates."""
+    M, D = proxies_per_class, proxies.shape[1]
+    N = len(proxies) // M
+    first, second = torch.triu_indices(M, M, 1, device=proxies.device)
+    if len(first) == 0 or N == 0:
+        return torch.empty(2, 0, dtype=torch.long, device=proxies.device)
+    threshold = delta**2 - squared_distance_slack(proxies)
+    grouped = proxies.view(N, M, D)
+    step = max(1, chunk_entries // (len(first) * D))
+    far = torch.cat(
+        [
+            (grouped[start : start + step, first] - grouped[start : start + step, second]).pow(2).sum(dim=2)
+            > threshold
+            for start in range(0, N, step)
+        ]
+    )
+    classes, which = far.nonzero().unbind(1)
+    return torch.stack([classes * M + first[which], classes * M + second[which]])
 
 
 def canonical_order(pairs, point_labels):
@@ -84,13 +73,3 @@ def canonical_order(pairs, point_labels):
     may hold add exact zeros, so the result does not depend on the list's history."""
     pairs = pairs[:, (pairs[0] * len(point_labels) + pairs[1]).argsort()]
     return pairs, point_labels[pairs[0]] == point_labels[pairs[1]]
-
-
-def attracting_classes(proxies, delta):
-    """The classes (indices) whose proxies (N, M, D) may be farther apart than ``delta`` (a
-    margin for rounding): only their pairs of two proxies of one class can be off the
-    attraction plateau."""
-    sq, sq_norms = class_sq_distances(proxies)
-    max_norm = sq_norms.max().sqrt().item() if len(sq_norms) else 0.0
-    threshold = delta**2 - rounding_slack(max_norm, proxies.shape[2], proxies.dtype)
-    return (sq > threshold).flatten(1).any(dim=1).nonzero().squeeze(1)

@@ -29,6 +29,30 @@ def pair_sq_distances(points, pairs):
     return (ends[0] - ends[1]).pow(2).sum(dim=1)
 
 
+class PairSqDistances(torch.autograd.Function):
+    """pair_sq_distances with its gradient in closed form: with diff = p_i - p_j, the gradient
+    of g ||diff||^2 is 2 g diff for p_i and -2 g diff for p_j, added up per point by two
+    index_adds (autograd's backward of the gather, the difference and the square makes several
+    K x D temporaries and a gather backward). Same values; first derivatives only."""
+
+    @staticmethod
+    def forward(ctx, points, pairs):
+        diff = torch.nn.functional.embedding(pairs[0], points) - torch.nn.functional.embedding(
+            pairs[1], points
+        )
+        ctx.save_for_backward(diff, pairs)
+        ctx.num_points = len(points)
+        return diff.pow(2).sum(dim=1)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        diff, pairs = ctx.saved_tensors
+        terms = diff * (2 * grad).unsqueeze(1)
+        grad_points = diff.new_zeros(ctx.num_points, diff.shape[1])
+        return grad_points.index_add_(0, pairs[0], terms).index_add_(0, pairs[1], terms, alpha=-1), None
+
+
 def pair_sq_distances_in_blocks(points, pairs, gather_entries):
     """pair_sq_distances in blocks of at most ``gather_entries`` gathered coordinates (small
     blocks stay in the CPU's caches; large fresh buffers cost page faults). No gradient."""
@@ -50,20 +74,6 @@ def squared_distance_slack(points):
     """rounding_slack for the rows of ``points``."""
     max_norm = torch.linalg.vector_norm(points, dim=1).max().item() if len(points) else 0.0
     return rounding_slack(max_norm, points.shape[1], points.dtype)
-
-
-def class_sq_distances(proxies):
-    """Squared distances among the proxies of each class, (N, M, D) -> (N, M, M), from the
-    class's Gram matrix, and the proxies' squared norms (N, M): its diagonal, gathered by
-    indexing all three dimensions. Not a diagonal view nor a slice-and-index: torch.compile's
-    inductor (CPU) miscompiled the backward of both (2.14 reused the Gram matrix's buffer while
-    still reading its diagonal view: wrong gradients; 2.13 mis-strided the scatter of
-    x[:, index]: writes past the buffer)."""
-    gram = torch.bmm(proxies, proxies.transpose(1, 2))
-    classes = torch.arange(gram.shape[0], device=gram.device).unsqueeze(1)
-    members = torch.arange(gram.shape[1], device=gram.device).unsqueeze(0)
-    sq_norms = gram[classes, members, members]
-    return sq_norms.unsqueeze(2) + sq_norms.unsqueeze(1) - 2 * gram, sq_norms
 
 
 def augmented(points):

@@ -10,7 +10,7 @@ from typing import Callable
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from .distances import class_sq_distances, pair_sq_distances
+from .distances import PairSqDistances
 
 
 @dataclass(frozen=True)
@@ -85,40 +85,29 @@ def scalable_energies(
     potential,
     pairs,
     same,
-    attracting_classes,
     proxy_points,
     proxies_per_class,
     chunk_entries,
 ):
     """The same E_a as dense_energies, by the plateau decomposition: the plateau counts
-    (plateau_energies), the candidate pairs ``pairs`` (2, K) with their same-class mask
-    ``same``: a superset of the pairs off their plateau except those of two proxies of one
-    class (pair_energies), and the pairs of two proxies of one class, for the
-    ``attracting_classes`` only: the others' are on the attraction plateau
-    (intra_class_energies). ``raw_proxies`` (N M, D) are the learnable proxies,
-    ``proxy_points`` maps rows of them to points (the normalisation). The gradient goes
-    through the proxies off a plateau only (those in a candidate pair and those of the
-    attracting classes): the others add exact zeros, so the backward pass does not touch them."""
-    B, M, D = len(embeddings), proxies_per_class, raw_proxies.shape[1]
-    N = len(raw_proxies) // M
-    # the pairs' points: all embeddings, and only the proxies in some pair
-    rows = torch.unique(pairs[pairs >= B]) - B
+    (plateau_energies) and the candidate pairs ``pairs`` (2, K) with their same-class mask
+    ``same``: a superset of the pairs off their plateau (pair_energies). ``raw_proxies``
+    (N M, D) are the learnable proxies, ``proxy_points`` maps rows of them to points (the
+    normalisation). The gradient goes through the proxies in some pair only: the others add
+    exact zeros, so the backward pass does not touch them."""
+    B, n = len(embeddings), len(raw_proxies)
+    # the pairs' points: all embeddings, and only the proxies in some pair (in order)
+    ends = pairs.flatten()
+    used = torch.zeros(n, dtype=torch.bool, device=pairs.device)
+    used[ends[ends >= B] - B] = True
+    rows = used.nonzero().squeeze(1)
     points = torch.cat([embeddings, proxy_points(torch.nn.functional.embedding(rows, raw_proxies))])
     local = torch.empty_like(point_labels)
     local[:B] = torch.arange(B, device=local.device)
     local[B + rows] = torch.arange(B, len(points), device=local.device)
     off_plateau = pair_energies(points, local[pairs], same, potential, chunk_entries)
-    classes = attracting_classes
-    own = proxy_points(raw_proxies.view(N, M, D)[classes].reshape(len(classes) * M, D))
-    intra_class = intra_class_energies(own.view(len(classes), M, D), potential)
-    intra_class = raw_proxies.new_zeros(N, M).index_copy(0, classes, intra_class).reshape(-1)
-    plateau = plateau_energies(point_labels, N, potential, embeddings.dtype)
-    return torch.cat(
-        [
-            plateau[:B] + off_plateau[:B],
-            (plateau[B:] + intra_class).index_add(0, rows, off_plateau[B:]),
-        ]
-    )
+    plateau = plateau_energies(point_labels, n // proxies_per_class, potential, embeddings.dtype)
+    return torch.cat([plateau[:B] + off_plateau[:B], plateau[B:].index_add(0, rows, off_plateau[B:])])
 
 
 def plateau_energies(point_labels, num_classes, potential, dtype):
@@ -129,24 +118,16 @@ def plateau_energies(point_labels, num_classes, potential, dtype):
     return inside * same + outside * (len(point_labels) - 1 - same)
 
 
-def intra_class_energies(proxies, potential):
-    """(C, M) for proxies (C, M, D): for each proxy, the sum over the other proxies of its class
-    of attraction - plateau, from the class's Gram matrix (the attraction is flat near 0, so the
-    rounding of |a|^2 + |b|^2 - 2 a.b does not matter there; the diagonal is on the plateau and
-    adds exactly 0)."""
-    inside = potential.plateaus(proxies.dtype, proxies.device)[0]
-    sq = class_sq_distances(proxies)[0]
-    return (potential.attraction(sq) - inside).sum(dim=2)
-
-
 def pair_energies(points, pairs, same, potential, chunk_entries):
     """Per point: the sum over the given pairs containing it of phi - plateau, each unordered
     pair added to both of its points (two ordered terms of U). In blocks, recomputed in the
-    backward pass when there are several, so memory is bounded."""
+    backward pass when there are several, so memory is bounded. With no pairs at all, one empty
+    block still runs, so that the energies depend on the points (zero gradients, as the dense
+    path gives, not a value without a graph)."""
     energies = points.new_zeros(len(points))
     step = max(1, chunk_entries // points.shape[1])
     use_checkpoint = torch.is_grad_enabled() and points.requires_grad and pairs.shape[1] > step
-    for start in range(0, pairs.shape[1], step):
+    for start in range(0, max(1, pairs.shape[1]), step):
         block, block_same = pairs[:, start : start + step], same[start : start + step]
         if use_checkpoint:
             terms = checkpoint(block_energies, points, block, block_same, potential, use_reentrant=False)
@@ -158,4 +139,4 @@ def pair_energies(points, pairs, same, potential, chunk_entries):
 
 def block_energies(points, pairs, same, potential):
     """phi - plateau of each of the (2, K) ``pairs``, from their coordinate differences."""
-    return potential.off_plateau(pair_sq_distances(points, pairs), same)
+    return potential.off_plateau(PairSqDistances.apply(points, pairs), same)

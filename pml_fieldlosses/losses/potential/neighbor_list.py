@@ -35,8 +35,11 @@ class ListState:
     group_size: int
     cutoff: float
     max_skin: float
-    # radius = cutoff + skin
+    # the skin of the last search (a build's, or the last re-anchoring's): its radius = cutoff + skin
     skin: float
+    # the largest skin re-anchoring may use: the build's if it shrank its radius (a larger one would
+    # outgrow the list), else max_skin
+    largest_skin: float
     reference: torch.Tensor  # (n, D) each point's position when its pairs were last searched
     # (n,) a lower bound of the reference distance to every point of another group not listed with it
     clearance: torch.Tensor
@@ -86,7 +89,10 @@ class NeighborList(PairSearch):
     * The skin is adaptive (``adaptive_skin``): ``skin`` is the largest; a build starts from the
       skin the points' speed calls for (``choose_skin``), and a list whose skin ends below
       ``smallest_skin`` is not kept: every update is then a dense step (one search at the
-      cutoff, whose pair counts by distance say when a list would pay again).
+      cutoff, whose pair counts by distance say when a list would pay again). Re-anchored
+      points are searched with the skin the speed calls for at that update (at most the
+      build's, if it shrank), so a list built while the points were slow does not make them
+      re-anchor every few updates once they move faster.
 
     The skin changes only the work, never the result. Every test keeps a margin for rounding,
     so every pair whose distance computed from coordinates is below the cutoff is returned.
@@ -194,6 +200,7 @@ class NeighborList(PairSearch):
             cutoff=cutoff,
             max_skin=max_skin,
             skin=min(self.choose_skin(max_skin), fitting_skin),
+            largest_skin=max_skin,
             reference=points.clone(),
             # before the search: nothing seen, nothing listed
             clearance=torch.full((len(points),), math.inf, dtype=points.dtype, device=points.device),
@@ -203,7 +210,10 @@ class NeighborList(PairSearch):
             bound=torch.empty(0, dtype=torch.float64, device=points.device),
         )
         everyone = torch.arange(len(points), device=points.device)
+        skin = state.skin
         found = self._search(everyone, everyone.new_empty(0), build=True)
+        if state.skin < skin:  # shrunk: re-anchoring with a larger skin would outgrow the list
+            state.largest_skin = state.skin
         state.kept, state.pairs, state.separation = found.kept, found.pairs, found.separation
         state.bound = torch.full_like(found.separation, -math.inf, dtype=torch.float64)  # not evaluated yet
         self.stats.num_builds += 1
@@ -272,9 +282,11 @@ class NeighborList(PairSearch):
 
     def _reanchor(self, points, moved):
         """The ``moved`` points get their current position as reference and are searched again
-        against every point: their pairs are replaced, and every clearance is lowered to the
-        distances seen."""
+        against every point, within the radius cutoff + the skin the current speed calls for
+        (``choose_skin``, at most ``largest_skin``; any radius keeps the list exact): their
+        pairs are replaced, and every clearance is lowered to the distances seen."""
         state = self.state
+        state.skin = min(self.choose_skin(state.max_skin), state.largest_skin)
         anchored = moved.nonzero().squeeze(1)
         state.reference = torch.where(moved.unsqueeze(1), points, state.reference)
         state.clearance = state.clearance.masked_fill(moved, math.inf)

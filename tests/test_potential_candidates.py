@@ -1,0 +1,149 @@
+"""The scalable path's searches and its pair distances (pml_fieldlosses/losses/potential):
+the candidate pairs found by one matrix product of the embeddings with all points, and the
+pairs of proxies of one class, contain every pair off its plateau by the exact distances
+(property-based, clustered and coincident points included); the closed-form gradient of the
+pair distances equals autograd's; and the scalable path equals the dense path in float64
+where those searches leave pairs out (embeddings on their own proxies, classes whose proxies
+are all within delta)."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pml_fieldlosses import losses
+from pml_fieldlosses.losses.potential.candidates import class_pairs, embedding_candidates
+from pml_fieldlosses.losses.potential.distances import PairSqDistances, pair_sq_distances
+
+from .helpers import assert_close, gradients
+from .naive_potential import check_dense_reference
+
+
+def clustered_points(seed, num_points, dim, spread, dtype):
+    """Points on the unit sphere in a few tight clusters (some coincident), so that pairs fall
+    on both sides of the radii."""
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.randn(3, dim, generator=g, dtype=torch.float64)
+    points = centres[torch.randint(0, 3, (num_points,), generator=g)]
+    points = points + spread * torch.randn(num_points, dim, generator=g, dtype=torch.float64)
+    points[1] = points[0]  # a coincident pair
+    return torch.nn.functional.normalize(points, dim=1).to(dtype)
+
+
+def pairs_set(pairs):
+    return set(map(tuple, pairs.T.tolist()))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    batch_size=st.integers(1, 12),
+    num_classes=st.integers(1, 5),
+    proxies_per_class=st.integers(1, 3),
+    spread=st.sampled_from([0.01, 0.1, 0.3, 1.0]),
+    delta=st.sampled_from([0.05, 0.3, 0.8]),
+    repulsion_delta=st.sampled_from([0.05, 0.4, 1.2]),
+    chunk_entries=st.sampled_from([1, 16, 2**22]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
+def test_candidates_contain_every_pair_off_its_plateau(
+    seed, batch_size, num_classes, proxies_per_class, spread, delta, repulsion_delta, chunk_entries, dtype
+):
+    """Every pair with an embedding in it, and every pair of two proxies of one class, whose
+    exact (coordinate-difference, float64) distance is off its plateau is a candidate: a
+    same-class pair farther than delta, a pair of different classes closer than
+    repulsion_delta. Each block's pairs are (i < j), in the canonical order."""
+    B, M, D = batch_size, proxies_per_class, 6
+    n = num_classes * M
+    points = clustered_points(seed, B + n, D, spread, dtype)
+    g = torch.Generator().manual_seed(seed + 1)
+    labels = torch.randint(0, num_classes, (B,), generator=g)
+    point_labels = torch.cat([labels, torch.arange(num_classes).repeat_interleave(M)])
+    embeddings, proxies = points[:B], points[B:]
+
+    blocks = embedding_candidates(embeddings, proxies, point_labels, delta, repulsion_delta, chunk_entries)
+    for block in blocks:
+        assert (block[0] < block[1]).all()
+        keys = block[0] * (B + n) + block[1]
+        assert (keys[1:] > keys[:-1]).all()
+    found = pairs_set(torch.cat(blocks, dim=1))
+    within_class = class_pairs(proxies, M, delta, chunk_entries)
+    assert (within_class[0] < within_class[1]).all()
+    assert (point_labels[B + within_class[0]] == point_labels[B + within_class[1]]).all()
+    found_within_class = pairs_set(within_class + B)
+
+    exact = points.double()
+    sq = (exact.unsqueeze(1) - exact.unsqueeze(0)).pow(2).sum(dim=2)
+    same = point_labels.unsqueeze(1) == point_labels.unsqueeze(0)
+    off = torch.where(same, sq > delta**2, sq < repulsion_delta**2)
+    for i, j in off.triu(diagonal=1).nonzero().tolist():
+        if i < B:
+            assert (i, j) in found, (i, j, sq[i, j].item())
+        elif same[i, j]:
+            assert (i, j) in found_within_class, (i, j, sq[i, j].item())
+
+
+@pytest.mark.parametrize("num_pairs", [0, 1, 40])
+def test_pair_sq_distances_gradient_in_closed_form_equals_autograd(num_pairs):
+    """PairSqDistances: the same values as pair_sq_distances and the same gradient as autograd
+    through it (repeated points, a pair of a point with itself), and gradcheck in float64."""
+    g = torch.Generator().manual_seed(num_pairs)
+    points = torch.randn(7, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    pairs = torch.randint(0, 7, (2, num_pairs), generator=g)
+    if num_pairs:
+        pairs[:, 0] = 3  # a point with itself: zero distance, zero gradient
+    weights = torch.randn(num_pairs, generator=g, dtype=torch.float64)
+
+    ours = PairSqDistances.apply(points, pairs)
+    reference = pair_sq_distances(points, pairs)
+    assert torch.equal(ours, reference)
+    (grad,) = gradients((ours * weights).sum(), [points]) if num_pairs else (torch.zeros(7, 5),)
+    (expected,) = gradients((reference * weights).sum(), [points]) if num_pairs else (torch.zeros(7, 5),)
+    assert_close(grad, expected, torch.float64)
+    if num_pairs:
+        assert torch.autograd.gradcheck(lambda p: PairSqDistances.apply(p, pairs), (points,))
+
+
+@pytest.mark.parametrize("loss_name", ["PotentialFieldLoss", "ContrastivePotentialLoss"])
+def test_pairs_left_out_by_the_searches_are_exact_zeros(loss_name):
+    """Embeddings on (or within delta of) their own proxies, and classes whose proxies all lie
+    within delta of each other, leave those pairs out of the candidates; the scalable path
+    still equals the dense path (float64, value and gradients), and its counted pairs are
+    fewer than the B M own-proxy pairs plus the intra-class pairs."""
+    g = torch.Generator().manual_seed(5)
+    N, M, D = 6, 3, 8
+    loss_fn = getattr(losses, loss_name)(N, D, proxies_per_class=M, delta=0.3, dense=False).double()
+    centres = torch.nn.functional.normalize(torch.randn(N, 1, D, generator=g, dtype=torch.float64), dim=2)
+    proxies = centres + 0.01 * torch.randn(N, M, D, generator=g, dtype=torch.float64)
+    proxies[4] = torch.randn(M, D, generator=g, dtype=torch.float64)  # one class spread out
+    with torch.no_grad():
+        loss_fn.proxies.copy_(proxies)
+    labels = torch.tensor([0, 0, 1, 2, 2, 4, 5])
+    x = proxies[labels, 0] + 0.001 * torch.randn(len(labels), D, generator=g, dtype=torch.float64)
+    x[0] = proxies[0, 1]  # exactly on a proxy of its class
+    x = x.requires_grad_()
+    loss_fn.collect_stats = True
+    loss = loss_fn(x, labels)
+    grads = gradients(loss, [x, loss_fn.proxies])
+    check_dense_reference(loss_fn, x, labels, loss, grads)
+    assert loss_fn.num_attraction_pairs < len(labels) * M + N * M * (M - 1) // 2
+
+
+@pytest.mark.parametrize("loss_name", ["PotentialFieldLoss", "ContrastivePotentialLoss"])
+def test_no_pair_off_its_plateau_still_has_zero_gradients(loss_name):
+    """Every embedding on its own (single) proxy and the classes far apart: no pair is off its
+    plateau, so the searches return none; the loss still has a graph, and backward gives the
+    dense path's exact zero gradients for the embeddings and the proxies."""
+    N, D = 4, 8
+    loss_fn = getattr(losses, loss_name)(N, D, proxies_per_class=1, delta=0.3, dense=False).double()
+    proxies = torch.eye(N, D, dtype=torch.float64).unsqueeze(1)
+    with torch.no_grad():
+        loss_fn.proxies.copy_(proxies)
+    labels = torch.tensor([0, 0, 2, 3])
+    x = proxies[labels, 0].clone().requires_grad_()
+    loss_fn.collect_stats = True
+    loss = loss_fn(x, labels)
+    assert loss_fn.num_attraction_pairs == loss_fn.num_repulsion_pairs == 0
+    grads = gradients(loss, [x, loss_fn.proxies])
+    assert all(torch.equal(grad, torch.zeros_like(grad)) for grad in grads)
+    check_dense_reference(loss_fn, x, labels, loss, grads)
