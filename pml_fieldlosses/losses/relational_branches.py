@@ -16,6 +16,8 @@ from pytorch_metric_learning.losses import ProxyAnchorLoss
 from pytorch_metric_learning.reducers import DivisorReducer, MultipleReducers
 from pytorch_metric_learning.utils import common_functions as c_f
 
+from ..utils.loss_utils import log1p_sum_exp
+
 
 def batchable_proxy_anchor(losses):
     """True if every loss in ``losses`` is a plain PML ProxyAnchorLoss at its defaults
@@ -72,22 +74,31 @@ def proxy_anchor_branches(losses, embeddings, labels, counts):
     padded = x.new_zeros(K, M, x.shape[1]).index_put((branch, row), x)
     cos = torch.bmm(padded, proxies.transpose(1, 2))  # (K, M, C)
 
-    present = torch.zeros(K, M, dtype=torch.bool, device=device).index_put((branch, row), torch.tensor(True))
-    is_label = torch.zeros(K, M, C, dtype=torch.bool, device=device)
-    is_label[branch, row, labels] = True
-    positive, negative = is_label, present.unsqueeze(2) & ~is_label
-    # logsumexp over the samples, with PML's "+ 1" (a zero entry) and 0 for columns without one
-    pos_term = masked_logsumexp(alpha * (margin - cos), positive)
+    # the negatives: every (sample, proxy) pair of a branch but the sample's own label
+    negative = torch.zeros(K, M, C, dtype=torch.bool, device=device)
+    negative[branch, row] = True  # the rows of samples (the padding rows stay False)
+    negative = negative.index_put((branch, row, labels), torch.tensor(False, device=device))
+    # logsumexp over the samples, with PML's "+ 1" (a zero entry) and 0 for columns without one;
+    # the positives (one per sample: its own label) as groups of B values, (branch, label), not
+    # as a masked (K, M, C) logsumexp: B exponentials instead of two passes over K * M * C
+    group = branch * C + labels
+    pos_values = alpha * (margin - cos[branch, row, labels])
+    pos_term = log1p_sum_exp(pos_values, group, K * C).view(K, C)
     neg_term = masked_logsumexp(alpha * (cos + margin), negative)
 
     # PML's DivisorReducer: pos_loss by the number of proxies with a positive sample (never 0
     # in a non-empty branch), neg_loss by num_classes; the two summed
-    with_positives = positive.any(dim=1).sum(dim=1)
+    with_positives = torch.bincount(group, minlength=K * C).view(K, C).gt(0).sum(dim=1)
     return (pos_term.sum(dim=1) / with_positives + neg_term.sum(dim=1) / C).sum()
 
 
 def masked_logsumexp(x, keep):
-    """PML's lmu.logsumexp(x, keep_mask, add_one=True, dim=1) on (K, M, C), branch by branch."""
+    """PML's lmu.logsumexp(x, keep_mask, add_one=True, dim=1) on (K, M, C), branch by branch:
+    log(1 + sum of exp(x) over the kept entries of a column), 0 for a column with none. The
+    same shift (the column's largest kept value, at least 0: the "+ 1"), written out so that
+    the exponentials are taken once (torch.logsumexp takes them again in its backward) and
+    without appending the row of zeros."""
     x = x.masked_fill(~keep, c_f.neg_inf(x.dtype))
-    x = torch.cat([x, x.new_zeros(x.shape[0], 1, x.shape[2])], dim=1)
-    return torch.logsumexp(x, dim=1).masked_fill(~keep.any(dim=1), 0)
+    shift = x.detach().amax(dim=1).clamp_min(0)
+    sums = torch.exp(x - shift.unsqueeze(1)).sum(dim=1)
+    return shift + torch.log(torch.exp(-shift) + sums)

@@ -5,7 +5,7 @@ import torch
 from pytorch_metric_learning.losses import BaseMetricLossFunction
 from pytorch_metric_learning.utils import common_functions as c_f
 
-from ..models.relational_embedder import RelationalEmbedder, branch_outputs_of
+from ..models.relational_embedder import RelationalEmbedder, branch_outputs_of, known_finite
 from ..utils import checks
 from ..utils.loss_utils import upcast_half
 from .relational_branches import batchable_proxy_anchor, proxy_anchor_branches
@@ -139,7 +139,8 @@ class RelationalLoss(BaseMetricLossFunction):
         """PML's forward, except that the branch outputs are taken from ``embeddings``
         before half-precision inputs are upcast: the losses and the reduction run in at
         least float32 with autocast off."""
-        checks.check_embeddings(embeddings, self.embedding_size)
+        # the head's fresh output is finite (it checks that itself): no second scan for NaN/inf
+        checks.check_embeddings(embeddings, self.embedding_size, finite=not known_finite(embeddings))
         # the smallest num_classes of the base and branch losses (PML's proxy losses don't check
         # their labels, and a branch loss may have been built with fewer classes)
         num_classes, owner = self.smallest_num_classes()

@@ -1,0 +1,131 @@
+"""The relational head's and loss's fast paths against the plain operations they replace
+(docs/models.md, "Speed"): the reconstruction error's own backward, the branch losses'
+logsumexp without torch.logsumexp, and the skipped NaN/inf scan of the head's own output."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pytorch_metric_learning import losses
+from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
+
+from pml_fieldlosses.losses import RelationalLoss
+from pml_fieldlosses.losses.relational_branches import masked_logsumexp
+from pml_fieldlosses.models import RelationalEmbedder
+from pml_fieldlosses.models.relational_embedder import ReconstructionError, known_finite
+from pml_fieldlosses.utils import checks
+
+from .helpers import assert_close
+
+
+def plain_reconstruction_error(h, nodes, weight, bias):
+    reconstruction = torch.einsum("bke,kie->bki", nodes, weight) + bias
+    return (h - reconstruction).square().mean(dim=-1)
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    batch=st.integers(1, 7),
+    K=st.integers(1, 4),
+    n_in=st.integers(1, 6),
+    E=st.integers(1, 5),
+    frozen=st.sampled_from([None, "weight", "bias"]),
+    seed=st.integers(0, 2**16),
+)
+def test_reconstruction_error_and_its_gradients_equal_the_plain_ops(batch, K, n_in, E, frozen, seed):
+    generator = torch.Generator().manual_seed(seed)
+    h = torch.randn(batch, K, n_in, generator=generator, dtype=torch.float64)
+    nodes = torch.randn(batch, K, E, generator=generator, dtype=torch.float64)
+    weight = torch.randn(K, n_in, E, generator=generator, dtype=torch.float64).requires_grad_(
+        frozen != "weight"
+    )
+    bias = torch.randn(K, n_in, generator=generator, dtype=torch.float64).requires_grad_(frozen != "bias")
+    upstream = torch.randn(batch, K, generator=generator, dtype=torch.float64)
+    params = [p for p in (weight, bias) if p.requires_grad]
+    fast = ReconstructionError.apply(h, nodes, weight, bias)
+    plain = plain_reconstruction_error(h, nodes, weight, bias)
+    assert_close(fast, plain, torch.float64)
+    for got, expected in zip(
+        torch.autograd.grad(fast, params, upstream), torch.autograd.grad(plain, params, upstream)
+    ):
+        assert_close(got, expected, torch.float64)
+
+
+def test_the_head_uses_the_plain_reconstruction_ops_under_autocast():
+    """The fast path is for float32/float64 outside autocast; under autocast the plain
+    ops run (the decoders in the autocast dtype, the error in float32)."""
+    torch.manual_seed(0)
+    head = RelationalEmbedder(8, 4, 2).train()
+    features = torch.randn(5, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        errors = head(features).branch_outputs.errors
+    assert errors.dtype == torch.float32
+    assert type(errors.grad_fn).__name__ != "ReconstructionErrorBackward"
+    plain = head(features).branch_outputs.errors
+    assert type(plain.grad_fn).__name__ == "ReconstructionErrorBackward"
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    K=st.integers(1, 3),
+    M=st.integers(1, 6),
+    C=st.integers(1, 5),
+    scale=st.sampled_from([1.0, 32.0, 1e3]),
+    keep_rate=st.sampled_from([0.0, 0.3, 1.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_masked_logsumexp_equals_pml_logsumexp_branch_by_branch(K, M, C, scale, keep_rate, seed):
+    """Columns with no kept entry (keep_rate 0), large values (the shift) and every
+    gradient, against PML's lmu.logsumexp(add_one=True) called on each branch."""
+    generator = torch.Generator().manual_seed(seed)
+    x = (scale * torch.randn(K, M, C, generator=generator, dtype=torch.float64)).requires_grad_()
+    keep = torch.rand(K, M, C, generator=generator) < keep_rate
+    upstream = torch.randn(K, C, generator=generator, dtype=torch.float64)
+    fast = masked_logsumexp(x, keep)
+    pml = torch.stack(
+        [lmu.logsumexp(x[k], keep_mask=keep[k], add_one=True, dim=0).squeeze(0) for k in range(K)]
+    )
+    assert_close(fast, pml, torch.float64)
+    assert_close(
+        torch.autograd.grad(fast, x, upstream)[0], torch.autograd.grad(pml, x, upstream)[0], torch.float64
+    )
+
+
+def test_known_finite_only_for_the_heads_unchanged_training_output():
+    torch.manual_seed(0)
+    head = RelationalEmbedder(8, 4, 2).train()
+    features = torch.randn(5, 8)
+    out = head(features)
+    assert known_finite(out)
+    assert not known_finite(out * 1)
+    assert not known_finite(out.detach())
+    assert not known_finite(features)
+    assert not known_finite("not a tensor")
+    with torch.no_grad():
+        out.mul_(2)
+    assert not known_finite(out)
+    assert not known_finite(head.eval()(features))
+    with torch.inference_mode():
+        assert not known_finite(head.train()(features))
+
+
+def test_check_embeddings_scans_for_nan_unless_told_the_values_are_finite():
+    bad = torch.tensor([[1.0, float("nan")]])
+    with pytest.raises(ValueError, match="NaN or inf"):
+        checks.check_embeddings(bad)
+    checks.check_embeddings(bad, finite=False)  # the caller's word
+    with pytest.raises(ValueError, match="dimension 2"):
+        checks.check_embeddings(bad, embedding_size=3, finite=False)  # the other checks remain
+
+
+def test_non_finite_embeddings_without_a_fresh_head_output_are_still_refused():
+    torch.manual_seed(0)
+    head = RelationalEmbedder(8, 4, 2).train()
+    loss_fn = RelationalLoss(
+        losses.ProxyAnchorLoss(3, 4), branch_losses=lambda: losses.ProxyAnchorLoss(3, 2), num_branches=2
+    )
+    out = head(torch.randn(5, 8))
+    with torch.no_grad():
+        out[0, 0] = float("nan")  # an in-place change: the branch outputs are stale, the scan runs
+    with pytest.raises(ValueError, match="NaN or inf"):
+        loss_fn(out, torch.tensor([0, 1, 2, 0, 1]))
