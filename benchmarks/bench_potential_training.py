@@ -64,7 +64,6 @@ be timed without rerunning its start.
 import argparse
 import copy
 import dataclasses
-import os
 import resource
 import statistics
 
@@ -73,6 +72,7 @@ from device import add_device_options, autocast, check_device, clock, describe
 from pytorch_metric_learning import losses as pml_losses
 
 from pml_fieldlosses import losses
+from pml_fieldlosses.app.errors import FileFault, atomic_write
 from pml_fieldlosses.losses.potential.neighbor_list import ListState, Motion, NeighborList
 from pml_fieldlosses.losses.potential.pair_search import SearchStats
 
@@ -286,8 +286,8 @@ class StateFileError(Exception):
 
 
 def save_state(path, settings, step, data, runs, reference):
-    """Writes the trajectory after ``step`` steps to ``path`` (atomically: a temporary file, then
-    a rename)."""
+    """Writes the trajectory after ``step`` steps to ``path``, whole or not at all (the project's
+    atomic_write: a temporary file beside it, then a rename; a file-system fault is named)."""
     state = {
         "format": STATE_FORMAT,
         "settings": settings,
@@ -297,9 +297,8 @@ def save_state(path, settings, step, data, runs, reference):
         "runs": {name: run.state() for name, run in runs.items()},
         "reference": reference.state(),
     }
-    temporary = f"{path}.tmp{os.getpid()}"
-    torch.save(state, temporary)
-    os.replace(temporary, path)
+    with atomic_write(path, "wb", doing="saving the trajectory state") as f:
+        torch.save(state, f)
 
 
 def read_state(path, settings, device):
@@ -485,6 +484,8 @@ def main():
             run_scale(args, C, torch.Generator().manual_seed(args.seed))
         except StateFileError as error:
             parser.exit(2, f"{parser.prog}: error: {error}\n")
+        except FileFault as error:
+            parser.exit(1, f"{parser.prog}: error: {error}\n")
 
 
 if __name__ == "__main__":
