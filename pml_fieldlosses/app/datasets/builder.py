@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
 import numpy as np
+import tqdm
 
 from ..errors import atomic_write
 from .base import ImageSet
@@ -57,19 +58,24 @@ def fetch_package(package, root, keep=("package/",), npm="npm"):
     return target, hashes
 
 
-def fetch_packages(wanted, root, npm="npm"):
-    """``fetch_package`` of every package of ``wanted`` ({name: (NpmPackage, keep)}) at the
-    same time, one thread each: a package's time goes mostly to npm (a separate process,
-    waiting on the network) and to unpacking and hashing its files (zlib, hashlib and the
-    writes run outside the interpreter's lock), so side by side they take about as long as
-    the largest one. Returns {name: (folder, {path inside the package: sha256})}; the first
-    failure (in the order of ``wanted``) is raised once every fetch has stopped."""
-    with ThreadPoolExecutor(max(1, len(wanted))) as pool:
+def fetch_packages(wanted, root, npm="npm", workers=None, progress=None):
+    """``fetch_package`` of every package of ``wanted`` ({name: (NpmPackage, keep)}) side by
+    side, ``workers`` threads (default: one per package): a package's time goes mostly to npm
+    (a separate process, waiting on the network) and to unpacking and hashing its files (zlib,
+    hashlib and the writes run outside the interpreter's lock), so side by side they take about
+    as long as the largest one. ``progress``: a tqdm bar with this description, counting the
+    packages in the order of ``wanted``. Returns {name: (folder, {path inside the package:
+    sha256})}; the first failure (in the order of ``wanted``) is raised once every fetch has
+    stopped."""
+    with ThreadPoolExecutor(workers or max(1, len(wanted))) as pool:
         futures = {
             name: pool.submit(fetch_package, package, root, keep, npm)
             for name, (package, keep) in wanted.items()
         }
-        return {name: future.result() for name, future in futures.items()}
+        done = futures.items()
+        if progress:
+            done = tqdm.tqdm(done, total=len(futures), desc=progress, unit="package")
+        return {name: future.result() for name, future in done}
 
 
 def read_json_record(path, fields):

@@ -34,7 +34,7 @@ import os
 import shutil
 import statistics
 import unicodedata
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +44,7 @@ from PIL import Image
 from ..errors import file_fault
 from . import glyph_render
 from .base import ImageSet, first_half_split
-from .builder import fetch_package, load_or_build
+from .builder import fetch_package, fetch_packages, load_or_build
 from .cache import cache_dir
 from .glyph_fonts import FONT_LICENSES, FONT_PACKAGES, LICENSE_NAMES
 from .npm import NpmPackage, find_npm
@@ -171,13 +171,14 @@ def fetch_fonts(root, fonts, licenses, families, packages, npm):
     their font files. Returns (render jobs for ``glyph_render.render_font``, {font id:
     record}, the candidate letters)."""
 
-    def fetch(font_id):
-        keep = (*font_files(font_id, fonts[font_id]), "package/LICENSE", "package/metadata.json")
-        return fetch_package(packages[f"@fontsource/{font_id}"], root, keep, npm)
-
-    with ThreadPoolExecutor(4) as pool:
-        fetched = pool.map(fetch, families)
-        fetched = dict(zip(families, tqdm.tqdm(fetched, total=len(families), desc="npm", unit="package")))
+    wanted = {
+        font_id: (
+            packages[f"@fontsource/{font_id}"],
+            (*font_files(font_id, fonts[font_id]), "package/LICENSE", "package/metadata.json"),
+        )
+        for font_id in families
+    }
+    fetched = fetch_packages(wanted, root, npm, workers=4, progress="npm")
     letters = candidate_letters(fonts, families)
     jobs, records = [], {}
     for font_id in families:
