@@ -44,8 +44,7 @@ class TrialWorker(WarmRunner):
         start = time.perf_counter()
         cluster.check_token(*token)
         logging.basicConfig(format=LOG_FORMAT, level=logging.INFO)
-        super().__init__(factory, threads)
-        self.startup = time.perf_counter() - start
+        super().__init__(factory, threads, started=start)
 
 
 class RayTrials:

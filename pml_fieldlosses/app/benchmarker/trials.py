@@ -41,8 +41,10 @@ class WarmRunner:
     reproductions one after another. Each call returns ``(result, seconds, startup)``: the
     call's duration, and on the first call the seconds the build took (else None)."""
 
-    def __init__(self, factory, threads=None):
-        start = time.perf_counter()
+    def __init__(self, factory, threads=None, started=None):
+        """``started``: the perf_counter time the start-up began (default: now), for a
+        subclass whose start-up does more before this."""
+        start = time.perf_counter() if started is None else started
         set_threads(threads)
         self.runner = factory.trial_runner()
         self.startup = time.perf_counter() - start
