@@ -311,8 +311,8 @@ def test_finetuned_trunk_is_trained_with_its_own_lower_lr(folder, tmp_path, monk
     assert lrs["metric_loss_optimizer"] == pytest.approx(config.lr * config.loss_lr_multiplier)
     assert lrs["embedder_optimizer"] == pytest.approx(config.lr)
     pretrained = build_trunk(config.backbone, 32).state_dict()
-    trained = seen["models"]["trunk"].state_dict()
-    assert not torch.equal(trained["net._conv_stem.weight"], pretrained["net._conv_stem.weight"])
+    trained = seen["models"]["trunk"][0].state_dict()  # the trained part, then the fixed Standardize
+    assert not torch.equal(trained["stem.0.weight"], pretrained["stem.0.weight"])
 
 
 def test_a_name_can_set_the_tuned_hyperparameter():

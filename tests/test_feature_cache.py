@@ -35,7 +35,7 @@ class TinyTrunk(torch.nn.Module):
 
 @pytest.fixture
 def tiny(monkeypatch):
-    monkeypatch.setattr(backbones, "build_trunk", lambda name, image_size: TinyTrunk())
+    monkeypatch.setattr(backbones, "build_frozen_part", lambda name, image_size: TinyTrunk())
     monkeypatch.setattr(features, "CHUNK", 7)  # several writes per view
 
 

@@ -6,10 +6,13 @@
   (weights, Apache-2.0). ``EfficientNetMultiLevel`` pools (average and max) the
   output of the last block of each stage and the head, 3 888 features in all:
   frozen, its features are computed once and cached, and only an embedder is
-  trained. ``EfficientNetPooled`` (the 1 280-d head, average-pooled) is the trunk
-  to fine-tune end to end (GPU recommended).
+  trained. The same trunk cut at a layer (``Lite0Layers``, ``lite0``) trains its last
+  layers on the cached output of the first ones (``efficientnet-lite0-partial``, CPU) or
+  all of them (``efficientnet-lite0-finetune``, GPU). ``EfficientNetPooled`` (the 1 280-d
+  head, average-pooled) is powerful-benchmarker's trunk to fine-tune.
 
-All trunks take float images (N, 3, H, W) with values in [0, 255].
+All trunks take float images (N, 3, H, W) with values in [0, 255], or (the part of a
+cut trunk that trains) the cached outputs of the part before the cut.
 """
 
 import contextlib
@@ -24,6 +27,8 @@ LITE0_STAGE_ENDS = (2, 4, 7, 10, 14, 15)
 # the taps pooled by EfficientNetMultiLevel (stages 2, 5, 6, 7 and the head); the
 # early stages carry little beyond colour and were left out
 LITE0_TAPS = (4, 10, 14, 15)
+# the stem, the 16 blocks and the head conv (Lite0Layers numbers them 0 to 17)
+LITE0_LAYERS = 18
 
 
 def load_efficientnet_lite0(image_size=224):
@@ -50,28 +55,85 @@ def lite0_input(images):
     return ((images - 127.0) / 128.0).contiguous(memory_format=torch.channels_last)
 
 
-class EfficientNetMultiLevel(torch.nn.Module):
-    """Average- and max-pooled outputs of the blocks in ``taps`` and of the head."""
+def pooled(x):
+    """Average- and max-pooled (N, C, H, W) -> (N, 2C)."""
+    return torch.cat([x.mean(dim=(2, 3)), x.amax(dim=(2, 3))], dim=1)
 
-    def __init__(self, image_size=64, taps=LITE0_TAPS):
+
+class Lite0Layers(torch.nn.Module):
+    """Layers ``[start, stop)`` of EfficientNet-Lite0 with the multi-level taps among them
+    pooled. The layers are numbered 0 (the stem), 1 to 16 (its 16 MBConv blocks) and 17
+    (the head conv); ``LITE0_LAYERS`` is 18, the whole network.
+
+    Its output is one flat vector per image: the pooled taps (``taps``, block indices, and
+    the head) seen so far, then, when ``stop`` is not the end, the feature map that layer
+    ``stop`` takes, flattened. The input is the images when ``start`` is 0, else that
+    vector as layers ``[0, start)`` give it. So ``Lite0Layers(0, cut)`` is a trunk's frozen
+    part (its outputs are cached) and ``Lite0Layers(cut, 18)`` the part that trains, for
+    every cut; ``Lite0Layers(0, 18)`` is the whole multi-level trunk (3 888 features at
+    any image size)."""
+
+    def __init__(self, image_size=64, start=0, stop=LITE0_LAYERS, taps=LITE0_TAPS):
         super().__init__()
-        self.net = load_efficientnet_lite0(image_size).to(memory_format=torch.channels_last)
-        self.taps = tuple(taps)
-        channels = [self.net._blocks[i]._block_args.output_filters for i in self.taps]
-        self.tap_sizes = [2 * c for c in channels] + [2 * self.net._conv_head.out_channels]
-        self.out_features = sum(self.tap_sizes)
+        if not 0 <= start < stop <= LITE0_LAYERS:
+            raise ValueError(f"layers [{start}, {stop}) of EfficientNet-Lite0: need 0 <= start < stop <= 18")
+        net = load_efficientnet_lite0(image_size).to(memory_format=torch.channels_last)
+        self.start, self.stop, self.taps = start, stop, tuple(taps)
+        self.drop_connect_rate = net._global_params.drop_connect_rate
+        channels = [net._blocks[i]._block_args.output_filters for i in self.taps]
+        # the width of each pooled tap, the head's last (Standardize weighs them alike)
+        self.tap_sizes = [2 * c for c in channels] + [2 * net._conv_head.out_channels]
+        self.in_prefix, self.in_shape = self.layout(net, image_size, start)
+        self.stem = torch.nn.Sequential(net._conv_stem, net._bn0, net._swish) if start == 0 else None
+        self.blocks = torch.nn.ModuleDict(
+            {str(i): net._blocks[i] for i in range(len(net._blocks)) if start <= i + 1 < stop}
+        )
+        self.head = torch.nn.Sequential(net._conv_head, net._bn1, net._swish) if stop == LITE0_LAYERS else None
+        if stop == LITE0_LAYERS:
+            self.out_features = sum(self.tap_sizes)
+        else:
+            prefix, shape = self.layout(net, image_size, stop)
+            self.out_features = prefix + shape[0] * shape[1] * shape[2]
 
-    def forward(self, images):
-        net = self.net
-        x = net._swish(net._bn0(net._conv_stem(lite0_input(images))))
-        outputs = []
-        for i, block in enumerate(net._blocks):
-            rate = net._global_params.drop_connect_rate
-            x = block(x, drop_connect_rate=rate * i / len(net._blocks) if rate else rate)
+    def layout(self, net, image_size, layer):
+        """(width of the pooled taps before ``layer``, shape (C, H, W) of the map it takes)."""
+        if layer == 0:
+            return 0, (3, image_size, image_size)
+        blocks = net._blocks[: layer - 1]
+        prefix = sum(2 * b._block_args.output_filters for i, b in enumerate(blocks) if i in self.taps)
+        net.eval()  # a probe image must not move the BatchNorm statistics
+        with torch.no_grad():
+            x = torch.zeros(1, 3, image_size, image_size).contiguous(memory_format=torch.channels_last)
+            x = net._swish(net._bn0(net._conv_stem(x)))
+            for block in blocks:
+                x = block(x)
+        net.train()
+        return prefix, tuple(x.shape[1:])
+
+    def forward(self, x):
+        if self.start == 0:
+            outputs = []
+            x = self.stem(lite0_input(x))
+        else:
+            outputs = [x[:, : self.in_prefix]]
+            x = x[:, self.in_prefix :].reshape(-1, *self.in_shape).contiguous(memory_format=torch.channels_last)
+        for key, block in self.blocks.items():
+            i = int(key)
+            rate = self.drop_connect_rate
+            x = block(x, drop_connect_rate=rate * i / 16 if rate else rate)
             if i in self.taps:
-                outputs.append(x)
-        outputs.append(net._swish(net._bn1(net._conv_head(x))))
-        return torch.cat([torch.cat([o.mean(dim=(2, 3)), o.amax(dim=(2, 3))], dim=1) for o in outputs], dim=1)
+                outputs.append(pooled(x))
+        if self.head is not None:
+            outputs.append(pooled(self.head(x)))
+        else:
+            outputs.append(x.flatten(1))
+        return torch.cat(outputs, dim=1)
+
+
+def EfficientNetMultiLevel(image_size=64, taps=LITE0_TAPS):
+    """The whole multi-level trunk: average- and max-pooled outputs of the blocks in
+    ``taps`` and of the head (``Lite0Layers(image_size, 0, 18, taps)``)."""
+    return Lite0Layers(image_size, 0, LITE0_LAYERS, taps)
 
 
 class EfficientNetPooled(torch.nn.Module):
@@ -132,37 +194,75 @@ class Standardize(torch.nn.Module):
 
 @dataclass(frozen=True)
 class Backbone:
-    """A trunk of the bench: what it is, how it is built, and how it is trained."""
+    """A trunk of the bench: a frozen part whose outputs are computed once and cached,
+    a part that trains with the embedder, or both (EfficientNet-Lite0 cut at a layer:
+    ``lite0``)."""
 
     description: str
-    build: Callable  # (image_size) -> a fresh trunk module
-    frozen: bool  # never trained: its features are computed once and cached
-    # lr of the trunk relative to the embedder's (None: frozen)
+    # (image_size) -> the frozen part, whose outputs are cached (None: the runs read images)
+    frozen_part: Optional[Callable]
+    # (image_size) -> a fresh part that trains, from the frozen part's outputs or the
+    # images (None: nothing trains but the embedder)
+    trained_part: Optional[Callable]
+    # lr of the trained part relative to the embedder's (None: nothing trains)
     trunk_lr_multiplier: Optional[float]
     # the untrained trunk does not depend on the seed (pretrained weights), so
     # the untrained row is evaluated once
     seed_independent: bool
+    # the trunk's features are standardised with their statistics on the training split
+    # before the initial trunk (a fixed Standardize after it: see prepare_inputs)
+    standardized: bool = False
+    # BatchNorm keeps its running statistics (PML's freeze_trunk_batchnorm) while its
+    # scale and shift train
+    freeze_batchnorm: bool = False
+    cache_tag: str = ""  # names the cache of the frozen part's outputs
 
+    @property
+    def frozen(self):
+        """Nothing of the trunk trains (a linear probe on cached features)."""
+        return self.trained_part is None
+
+
+def lite0(description, cut, trunk_lr_multiplier=None):
+    """EfficientNet-Lite0 with layers [0, cut) frozen (their outputs cached) and layers
+    [cut, 18) trained (Lite0Layers' numbering): the same code for every cut, from 0 (all
+    of it trains, from the images, which are then augmented on the fly) to 18 (nothing
+    trains: the cached multi-level features). BatchNorm statistics stay the ImageNet ones."""
+    return Backbone(
+        description,
+        frozen_part=(lambda image_size: Lite0Layers(image_size, 0, cut)) if cut > 0 else None,
+        trained_part=(lambda image_size: Lite0Layers(image_size, cut, LITE0_LAYERS)) if cut < LITE0_LAYERS else None,
+        trunk_lr_multiplier=trunk_lr_multiplier if cut < LITE0_LAYERS else None,
+        seed_independent=True,
+        standardized=True,
+        freeze_batchnorm=True,
+        # the whole trunk's cache keeps the name it always had
+        cache_tag="lite0" if cut == LITE0_LAYERS else f"lite0-cut{cut}",
+    )
+
+
+# the cut of efficientnet-lite0-partial: stage 7 (block 15) and the head train, on the
+# cached output of stage 6 (chosen by measurement: docs/bench.md, "The trained trunk")
+PARTIAL_CUT = 16
 
 BACKBONES = {
-    "efficientnet-lite0": Backbone(
-        "EfficientNet-Lite0 (ImageNet) frozen: cached multi-level features + embedder",
-        EfficientNetMultiLevel,
-        frozen=True,
-        trunk_lr_multiplier=None,
-        seed_independent=True,
+    "efficientnet-lite0": lite0(
+        "EfficientNet-Lite0 (ImageNet) frozen: cached multi-level features + embedder", LITE0_LAYERS
     ),
-    "efficientnet-lite0-finetune": Backbone(  # a pretrained trunk being fine-tuned: 1e-4
-        "EfficientNet-Lite0 (ImageNet) fine-tuned end to end, augmented (GPU)",
-        EfficientNetPooled,
-        frozen=False,
+    "efficientnet-lite0-partial": lite0(  # fine-tuned pretrained layers: 1e-4
+        "EfficientNet-Lite0 (ImageNet), stage 7 and head trained on cached stage-6 maps + embedder",
+        PARTIAL_CUT,
         trunk_lr_multiplier=0.01,
-        seed_independent=True,
+    ),
+    "efficientnet-lite0-finetune": lite0(  # the whole pretrained trunk: 1e-4
+        "EfficientNet-Lite0 (ImageNet) fine-tuned end to end, augmented (GPU)",
+        0,
+        trunk_lr_multiplier=0.01,
     ),
     "convnet": Backbone(  # a trunk trained from scratch: 1e-3
         "SmallConvNet trained from scratch with augmentation",
-        lambda image_size: SmallConvNet(),
-        frozen=False,
+        frozen_part=None,
+        trained_part=lambda image_size: SmallConvNet(),
         trunk_lr_multiplier=0.1,
         seed_independent=False,
     ),
@@ -176,8 +276,15 @@ def get_backbone(name):
 
 
 def build_trunk(name, image_size):
-    """A fresh trunk module by name (see BACKBONES)."""
-    return get_backbone(name).build(image_size)
+    """A fresh trained part of the backbone ``name`` (see BACKBONES), or its frozen part
+    when nothing of it trains."""
+    backbone = get_backbone(name)
+    return (backbone.trained_part or backbone.frozen_part)(image_size)
+
+
+def build_frozen_part(name, image_size):
+    """The frozen part of the backbone ``name``, whose outputs the bench caches."""
+    return get_backbone(name).frozen_part(image_size)
 
 
 def is_frozen(name):

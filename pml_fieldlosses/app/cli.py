@@ -144,7 +144,8 @@ def add_shared_options(p, losses=True, epochs_default="60; --quick: 12", out_def
         "--backbone",
         choices=sorted(backbones.BACKBONES),
         help="efficientnet-lite0: frozen ImageNet trunk, cached features (default, fast on CPU); "
-        "efficientnet-lite0-finetune: fine-tune it (GPU); convnet: small convnet from scratch",
+        "efficientnet-lite0-partial: its last layers trained on the cached output of the others (CPU); "
+        "efficientnet-lite0-finetune: all of it trained (GPU); convnet: small convnet from scratch",
     )
     p.add_argument(
         "--image-size",

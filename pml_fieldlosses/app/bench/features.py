@@ -5,6 +5,7 @@ The feature cache is written with plain writes and read back validated (header, 
 finite values) before it is memory-mapped: a full disk or a damaged file is named,
 never a SIGBUS (docs/robustness.md)."""
 
+import copy
 import errno
 import io
 import os
@@ -135,16 +136,17 @@ class Inputs:
     test_rows: np.ndarray
     in_features: int
     make_trunk: Callable  # () -> trunk module (frozen Standardize, or a fresh trainable trunk)
-    frozen: bool
+    cached: bool  # the inputs are the cached outputs of the backbone's frozen part
     trunk_lr_multiplier: Optional[float] = None
     seed_independent: bool = True  # the untrained trunk is the same for every seed
+    freeze_batchnorm: bool = False  # the trunk's BatchNorm keeps its running statistics
     train_collate: Optional[Callable] = None
     eval_collate: Optional[Callable] = None
     seconds: float = 0.0  # time spent computing features (0 when all came from the cache)
 
     def train_dataset(self, labels):
         arrays, rows = zip(*self.train_views)
-        if self.frozen:
+        if self.cached:
             return ViewsDataset(arrays, rows, labels)
         return ArrayDataset(arrays[0], rows[0], labels)
 
@@ -343,11 +345,13 @@ def cached_views(dataset, rows_by_view, config, file=None):
     file (damaged, truncated, of another shape) is named and recomputed. A fault of the
     file system (a full disk, a read-only cache) is a FileFault naming the file and
     what to do; the space of the files to compute is reserved before computing them.
-    Returns (views, trunk, seconds spent computing)."""
+    The features are the outputs of the frozen part of ``config.backbone``, cached per
+    backbone cut (its ``cache_tag``). Returns (views, frozen part, seconds spent computing)."""
+    backbone = backbones.get_backbone(config.backbone)
     folder = cache_dir(config.cache) / "features"
-    folder = folder / f"{dataset.name}-{dataset.fingerprint()}-lite0-v{FEATURES_VERSION}"
+    folder = folder / f"{dataset.name}-{dataset.fingerprint()}-{backbone.cache_tag}-v{FEATURES_VERSION}"
     with build_lock(folder):
-        trunk = backbones.build_trunk(config.backbone, dataset.image_size)
+        trunk = backbones.build_frozen_part(config.backbone, dataset.image_size)
         views, missing = {}, {}
         for view, rows in rows_by_view.items():
             path = folder / f"view{view}.npy"
@@ -376,42 +380,60 @@ def cached_views(dataset, rows_by_view, config, file=None):
         return views, trunk, time.perf_counter() - start
 
 
+def standardizer(trunk, inputs, rows, collate_fn, batch_size=256):
+    """A Standardize fitted on the features that ``trunk`` (eval mode, no gradient) gives
+    for ``inputs[rows]``: the untrained trunk's statistics on the training split."""
+    loader = torch.utils.data.DataLoader(
+        ArrayDataset(inputs, rows, np.zeros(len(rows), np.int64)), batch_size, collate_fn=collate_fn
+    )
+    device = next(trunk.parameters()).device
+    trunk.eval()
+    with torch.inference_mode():
+        features = torch.cat([trunk(batch.to(device)).float().cpu() for batch, _ in loader])
+    return backbones.Standardize(features, trunk.tap_sizes)
+
+
 def prepare_inputs(dataset, split, config, file=None):
-    """Inputs for the runs. Frozen backbone: features of every image (clean) and
-    ``config.aug_views`` augmented views of the training-class images, cached;
-    a Standardize trunk fitted on the training split. Otherwise: the images."""
+    """Inputs for the runs. A backbone with a frozen part: its outputs for every image
+    (clean) and ``config.aug_views`` augmented views of the training-class images, cached
+    (features.cached_views); else the images, augmented on the fly for training. A
+    ``standardized`` backbone ends with a fixed Standardize fitted on the untrained trunk's
+    features of the training split; the part that trains (if any) is built fresh per run."""
     file = file or sys.stderr
     backbone = backbones.get_backbone(config.backbone)
-    common = dict(split=split, val_rows=split.val, test_rows=split.test, frozen=backbone.frozen)
+    common = dict(split=split, val_rows=split.val, test_rows=split.test)
     common.update(
-        trunk_lr_multiplier=backbone.trunk_lr_multiplier, seed_independent=backbone.seed_independent
+        trunk_lr_multiplier=backbone.trunk_lr_multiplier,
+        seed_independent=backbone.seed_independent,
+        freeze_batchnorm=backbone.freeze_batchnorm,
     )
-    if backbone.frozen:
+    if backbone.frozen_part is not None:
         train_class_rows = np.flatnonzero(dataset.is_train())
         rows_by_view = {0: np.arange(len(dataset.images))}
         rows_by_view.update({view: train_class_rows for view in range(1, config.aug_views + 1)})
-        features, trunk, seconds = cached_views(dataset, rows_by_view, config, file)
+        features, frozen_part, seconds = cached_views(dataset, rows_by_view, config, file)
         clean = features[0]
         position = np.searchsorted(train_class_rows, split.train)
         views = [(clean, split.train)] + [(features[v], position) for v in range(1, config.aug_views + 1)]
-        standardize = backbones.Standardize(torch.from_numpy(clean[split.train]), trunk.tap_sizes)
-        return Inputs(
-            train_views=views,
-            eval_inputs=clean,
-            in_features=clean.shape[1],
-            make_trunk=lambda: standardize,
-            train_collate=collate,
-            eval_collate=collate,
-            seconds=seconds,
-            **common,
-        )
-    probe = backbones.build_trunk(config.backbone, dataset.image_size)
+        inputs = dict(train_views=views, eval_inputs=clean, cached=True, seconds=seconds)
+        inputs.update(train_collate=collate, eval_collate=collate)
+    else:
+        inputs = dict(train_views=[(dataset.images, split.train)], eval_inputs=dataset.images, cached=False)
+        inputs.update(train_collate=collate_train_images, eval_collate=collate_eval_images)
+    if backbone.trained_part is None:  # frozen: the cached features, standardised
+        standardize = backbones.Standardize(torch.from_numpy(clean[split.train]), frozen_part.tap_sizes)
+        return Inputs(in_features=clean.shape[1], make_trunk=lambda: standardize, **inputs, **common)
+
+    def trained_part():
+        return backbones.build_trunk(config.backbone, dataset.image_size)
+
+    probe = trained_part().to(torch.device(config.device))
+    if not backbone.standardized:
+        return Inputs(in_features=probe.out_features, make_trunk=trained_part, **inputs, **common)
+    standardize = standardizer(probe, inputs["eval_inputs"], split.train, inputs["eval_collate"])
     return Inputs(
-        train_views=[(dataset.images, split.train)],
-        eval_inputs=dataset.images,
         in_features=probe.out_features,
-        make_trunk=lambda: backbones.build_trunk(config.backbone, dataset.image_size),
-        train_collate=collate_train_images,
-        eval_collate=collate_eval_images,
+        make_trunk=lambda: torch.nn.Sequential(trained_part(), copy.deepcopy(standardize)),
+        **inputs,
         **common,
     )

@@ -169,6 +169,7 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, report=
         dataloader_num_workers=0,
         data_device=device,
         collate_fn=inputs.train_collate,
+        freeze_trunk_batchnorm=inputs.freeze_batchnorm,
         lr_schedulers=schedulers,
         gradient_clippers={f"{name}_grad_clipper": c for name, c in clippers.items()},
         end_of_iteration_hook=timing.end_of_iteration,
