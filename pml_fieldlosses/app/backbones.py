@@ -216,6 +216,7 @@ class Backbone:
     # scale and shift train
     freeze_batchnorm: bool = False
     cache_tag: str = ""  # names the cache of the frozen part's outputs
+    trunk: str = "trained"  # what of the trunk trains, in a few words (the reports' trunk column)
 
     @property
     def frozen(self):
@@ -223,7 +224,7 @@ class Backbone:
         return self.trained_part is None
 
 
-def lite0(description, cut, trunk_lr_multiplier=None):
+def lite0(description, cut, trunk, trunk_lr_multiplier=None):
     """EfficientNet-Lite0 with layers [0, cut) frozen (their outputs cached) and layers
     [cut, 18) trained (Lite0Layers' numbering): the same code for every cut, from 0 (all
     of it trains, from the images, which are then augmented on the fly) to 18 (nothing
@@ -238,6 +239,7 @@ def lite0(description, cut, trunk_lr_multiplier=None):
         freeze_batchnorm=True,
         # the whole trunk's cache keeps the name it always had
         cache_tag="lite0" if cut == LITE0_LAYERS else f"lite0-cut{cut}",
+        trunk=trunk,
     )
 
 
@@ -247,16 +249,20 @@ PARTIAL_CUT = 16
 
 BACKBONES = {
     "efficientnet-lite0": lite0(
-        "EfficientNet-Lite0 (ImageNet) frozen: cached multi-level features + embedder", LITE0_LAYERS
+        "EfficientNet-Lite0 (ImageNet) frozen: cached multi-level features + embedder",
+        LITE0_LAYERS,
+        trunk="frozen",
     ),
     "efficientnet-lite0-partial": lite0(  # fine-tuned pretrained layers: 1e-4
         "EfficientNet-Lite0 (ImageNet), stage 7 and head trained on cached stage-6 maps + embedder",
         PARTIAL_CUT,
+        trunk="stage 7 + head trained",
         trunk_lr_multiplier=0.01,
     ),
     "efficientnet-lite0-finetune": lite0(  # the whole pretrained trunk: 1e-4
         "EfficientNet-Lite0 (ImageNet) fine-tuned end to end, augmented (GPU)",
         0,
+        trunk="all trained",
         trunk_lr_multiplier=0.01,
     ),
     "convnet": Backbone(  # a trunk trained from scratch: 1e-3
@@ -265,6 +271,7 @@ BACKBONES = {
         trained_part=lambda image_size: SmallConvNet(),
         trunk_lr_multiplier=0.1,
         seed_independent=False,
+        trunk="trained from scratch",
     ),
 }
 

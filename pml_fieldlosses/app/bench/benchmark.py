@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from ..backbones import get_backbone
 from ..datasets import DATASETS, SOURCE_LICENSES
 from . import report
 from .figures import make_plots
@@ -58,7 +59,7 @@ def write_report(prepared, results, clock, file):
     with report_log(out_dir):
         figures = make_plots(results, rows, dataset, inputs, config, out_dir, file)
     report.write_markdown(rows, out_dir / "README.md", config, info, figures.made, figures.skipped)
-    print("\n" + report.text_table(rows), file=sys.stdout)
+    print("\n" + report.text_table(rows, get_backbone(config.backbone).trunk), file=sys.stdout)
     print(f"\nreport: {out_dir / 'README.md'}", file=sys.stdout)
     return rows
 

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from ..backbones import get_backbone
 from ..catalog import get_entry
 from ..errors import atomic_write
 from ..stats import mean_ci
@@ -41,8 +42,8 @@ def _pm(mean, ci):
     return f"{mean:.3f}" if math.isnan(ci) else f"{mean:.3f} ± {ci:.3f}"
 
 
-def _cells(row):
-    cells = [row["loss"], row["origin"]]
+def _cells(row, trunk):
+    cells = [row["loss"], row["origin"], trunk]
     cells += [_pm(row[m], row[m + "_ci"]) for m in METRICS]
     cells.append("" if row["loss"] == UNTRAINED else f"{row['gain']:+.3f}")
     cells.append("" if row["loss"] == UNTRAINED else f"{row['best_epoch']:.1f}")
@@ -51,11 +52,12 @@ def _cells(row):
     return cells
 
 
-HEADER = ["loss", "from"] + list(METRICS.values()) + ["ΔMAP@R", "best ep", "s/epoch", "seeds"]
+HEADER = ["loss", "from", "trunk"] + list(METRICS.values()) + ["ΔMAP@R", "best ep", "s/epoch", "seeds"]
 
 
-def text_table(rows):
-    table = [HEADER] + [_cells(r) for r in rows]
+def text_table(rows, trunk):
+    """The table as the command prints it; ``trunk``: what of the trunk trains (backbones.Backbone.trunk)."""
+    table = [HEADER] + [_cells(r, trunk) for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(HEADER))]
     lines = [
         "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
@@ -65,12 +67,12 @@ def text_table(rows):
     return "\n".join(lines)
 
 
-def markdown_table(rows):
+def markdown_table(rows, trunk):
     lines = [
         "| " + " | ".join(HEADER) + " |",
         "|" + "|".join(["---"] * 2 + ["---:"] * (len(HEADER) - 2)) + "|",
     ]
-    lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
+    lines += ["| " + " | ".join(_cells(r, trunk)) + " |" for r in rows]
     return "\n".join(lines)
 
 
@@ -109,8 +111,9 @@ def write_markdown(rows, path, config, info, plots, skipped=()):
     """The report: settings, the table, how to read it, the plots ([(title, file name)]),
     and the figures that could not be drawn ([(file name, why)])."""
     noise = f", {config.label_noise:.0%} of the training labels corrupted" if config.label_noise else ""
+    trunk = get_backbone(config.backbone).trunk
     lines = [
-        "# pml-fieldlosses bench",
+        f"# pml-fieldlosses bench: {config.backbone} ({trunk} trunk)",
         "",
         f"Data: {info['data']}{noise}. Backbone: {config.backbone}, {config.image_size} px, "
         f"embedding size {config.embedding_size}. Seeds: {config.seeds}. Max epochs: {config.epochs} "
@@ -120,7 +123,7 @@ def write_markdown(rows, path, config, info, plots, skipped=()):
         f"(carved from the training half), {info['test_classes']} for testing "
         f"({info['train_images']} / {info['val_images']} / {info['test_images']} images).",
         "",
-        markdown_table(rows),
+        markdown_table(rows, trunk),
         "",
         "Test metrics (PML's AccuracyCalculator, faiss kNN, each test image queried against the "
         "other test images) of the epoch with the best validation MAP@R; mean ± half-width of the "

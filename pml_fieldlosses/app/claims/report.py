@@ -10,6 +10,7 @@ import io
 import math
 import sys
 
+from ..backbones import get_backbone
 from ..bench.figures import Figures
 from ..bench.pipeline import report_log
 from ..bench.result import write_json
@@ -125,7 +126,7 @@ def _markdown(header, rows):
 
 def settings_line(config):
     return (
-        f"backbone {config.backbone}, {config.image_size} px, embedding "
+        f"backbone {config.backbone} ({get_backbone(config.backbone).trunk} trunk), {config.image_size} px, embedding "
         f"{config.embedding_size}, {config.seeds} seeds, at most {config.epochs} epochs (patience "
         f"{config.patience}, lr × {config.lr_decay:g} every {config.lr_decay_epochs}), "
         f"{config.aug_views} augmented view(s)" + (" (--quick)" if config.quick else "")
@@ -180,7 +181,7 @@ def write_markdown(evaluated, config, info, plots, path, skipped=()):
             f"{_t(config.seeds):.1f}): most comparisons can only be inconclusive."
         )
     lines = [
-        "# pml-fieldlosses claims",
+        f"# pml-fieldlosses claims: {info['data']}, {config.backbone} ({get_backbone(config.backbone).trunk} trunk)",
         "",
         f"Data: {info['data']}. Settings: {settings_line(config)}; every other setting is the bench's "
         "protocol (docs/bench.md), and each run is the bench's run of that loss and seed (result folders: "
