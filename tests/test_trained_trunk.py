@@ -6,6 +6,8 @@ cache as the pretrained layers computed it, saves models that give back its test
 embeddings, and resumes."""
 
 import hashlib
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -96,7 +98,9 @@ def test_the_partial_trunk_learns_keeps_its_cache_and_resumes(folder, tmp_path, 
 
     # the saved models give back the run's test embeddings
     split = make_split(data, config.val_fraction)
-    trunk = torch.nn.Sequential(backbones.build_trunk(config.backbone, 32), backbones.Standardize(torch.zeros(2, 3888)))
+    trunk = torch.nn.Sequential(
+        backbones.build_trunk(config.backbone, 32), backbones.Standardize(torch.zeros(2, 3888))
+    )
     trunk.load_state_dict(trained)
     embedder = catalog.get_entry("ProxyAnchor").make_embedder(3888, config.embedding_size)
     (embedder_file,) = (run_dir / "models").glob("embedder_best*.pth")
@@ -116,3 +120,26 @@ def test_the_partial_trunk_learns_keeps_its_cache_and_resumes(folder, tmp_path, 
     assert "resuming: 2 of 3 runs already finished" in capsys.readouterr().err
     assert [r["loss"] for r in rows] == ["(no training)", "ProxyAnchor"]
     assert {path.name: digest(path) for path in cache_folder.glob("view*.npy")} == digests
+
+
+def test_the_cut_choosing_script_trains_each_setting(folder, tmp_path, capsys):  # noqa: F811
+    path = Path(__file__).parents[1] / "scripts" / "choose_trunk_cut.py"
+    spec = importlib.util.spec_from_file_location("choose_trunk_cut", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    argv = ["--settings", "17:0.1", "--losses", "ProxyAnchor", "--data", str(folder), "--image-size", "32"]
+    argv += [
+        "--epochs",
+        "1",
+        "--workers",
+        "1",
+        "--out",
+        str(tmp_path / "out"),
+        "--cache",
+        str(tmp_path / "cache"),
+    ]
+    script.main(argv)
+    printed = capsys.readouterr().out
+    assert "17   0.1    ProxyAnchor" in printed and "# cut 17, lr x 0.1:" in printed
+    with pytest.raises(SystemExit):
+        script.main(["--settings", "16"])

@@ -88,7 +88,9 @@ class Lite0Layers(torch.nn.Module):
         self.blocks = torch.nn.ModuleDict(
             {str(i): net._blocks[i] for i in range(len(net._blocks)) if start <= i + 1 < stop}
         )
-        self.head = torch.nn.Sequential(net._conv_head, net._bn1, net._swish) if stop == LITE0_LAYERS else None
+        self.head = (
+            torch.nn.Sequential(net._conv_head, net._bn1, net._swish) if stop == LITE0_LAYERS else None
+        )
         if stop == LITE0_LAYERS:
             self.out_features = sum(self.tap_sizes)
         else:
@@ -116,7 +118,11 @@ class Lite0Layers(torch.nn.Module):
             x = self.stem(lite0_input(x))
         else:
             outputs = [x[:, : self.in_prefix]]
-            x = x[:, self.in_prefix :].reshape(-1, *self.in_shape).contiguous(memory_format=torch.channels_last)
+            x = (
+                x[:, self.in_prefix :]
+                .reshape(-1, *self.in_shape)
+                .contiguous(memory_format=torch.channels_last)
+            )
         for key, block in self.blocks.items():
             i = int(key)
             rate = self.drop_connect_rate
@@ -232,7 +238,9 @@ def lite0(description, cut, trunk, trunk_lr_multiplier=None):
     return Backbone(
         description,
         frozen_part=(lambda image_size: Lite0Layers(image_size, 0, cut)) if cut > 0 else None,
-        trained_part=(lambda image_size: Lite0Layers(image_size, cut, LITE0_LAYERS)) if cut < LITE0_LAYERS else None,
+        trained_part=(lambda image_size: Lite0Layers(image_size, cut, LITE0_LAYERS))
+        if cut < LITE0_LAYERS
+        else None,
         trunk_lr_multiplier=trunk_lr_multiplier if cut < LITE0_LAYERS else None,
         seed_independent=True,
         standardized=True,
