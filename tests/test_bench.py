@@ -313,6 +313,8 @@ def test_finetuned_trunk_is_trained_with_its_own_lower_lr(folder, tmp_path, monk
     pretrained = build_trunk(config.backbone, 32).state_dict()
     trained = seen["models"]["trunk"][0].state_dict()  # the trained part, then the fixed Standardize
     assert not torch.equal(trained["stem.0.weight"], pretrained["stem.0.weight"])
+    statistics = [k for k in pretrained if "running_" in k]  # BatchNorm keeps ImageNet's (frozen)
+    assert statistics and all(torch.equal(trained[k], pretrained[k]) for k in statistics)
 
 
 def test_a_name_can_set_the_tuned_hyperparameter():
