@@ -16,7 +16,7 @@ from pytorch_metric_learning import trainers
 
 from pml_fieldlosses.app import backbones, catalog
 from pml_fieldlosses.app.backbones import LITE0_LAYERS, EfficientNetMultiLevel, Lite0Layers
-from pml_fieldlosses.app.bench import run_bench
+from pml_fieldlosses.app.bench import BenchConfig, run_bench
 from pml_fieldlosses.app.bench.features import collate_eval_images
 from pml_fieldlosses.app.bench.protocol import make_split
 from pml_fieldlosses.app.datasets import load_image_folder
@@ -28,7 +28,7 @@ def images(n=6, size=32):
     return torch.randint(0, 256, (n, 3, size, size), generator=torch.Generator().manual_seed(0)).float()
 
 
-@pytest.mark.parametrize("cut", [1, 5, 12, 16, 17])
+@pytest.mark.parametrize("cut", range(1, LITE0_LAYERS))
 def test_every_cut_composes_to_the_whole_trunk_exactly(cut):
     whole = EfficientNetMultiLevel(32).eval()
     frozen, trained = Lite0Layers(32, 0, cut).eval(), Lite0Layers(32, cut, LITE0_LAYERS).eval()
@@ -41,6 +41,21 @@ def test_every_cut_composes_to_the_whole_trunk_exactly(cut):
     trained_names = {name for name, _ in trained.named_parameters()}
     assert not frozen_names & trained_names  # every layer is in exactly one part
     assert len(list(frozen.parameters())) + len(list(trained.parameters())) == len(list(whole.parameters()))
+
+
+def test_building_a_trunk_leaves_the_seeded_generator_as_it_was():
+    torch.manual_seed(0)
+    state = torch.get_rng_state()
+    Lite0Layers(32, backbones.PARTIAL_CUT, LITE0_LAYERS)
+    assert torch.equal(torch.get_rng_state(), state)  # the embedder of a seed is the frozen trunk's
+
+
+def test_the_cut_and_batchnorm_of_a_trained_trunk_are_part_of_the_protocol():
+    frozen = BenchConfig().protocol()
+    assert not {"trunk_cut", "freeze_batchnorm", "standardized"} & set(frozen)  # its folders keep their names
+    partial = BenchConfig(backbone="efficientnet-lite0-partial").protocol()
+    assert partial["trunk_cut"] == backbones.PARTIAL_CUT and partial["freeze_batchnorm"]
+    assert BenchConfig(backbone="efficientnet-lite0-finetune").protocol()["trunk_cut"] == 0
 
 
 def test_a_cut_outside_the_network_is_refused():
@@ -122,7 +137,8 @@ def test_the_partial_trunk_learns_keeps_its_cache_and_resumes(folder, tmp_path, 
     assert {path.name: digest(path) for path in cache_folder.glob("view*.npy")} == digests
 
 
-def test_the_cut_choosing_script_trains_each_setting(folder, tmp_path, capsys):  # noqa: F811
+def test_the_cut_choosing_script_trains_each_setting(folder, tmp_path, capsys, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(backbones, "BACKBONES", dict(backbones.BACKBONES))  # it registers its cuts there
     path = Path(__file__).parents[1] / "scripts" / "choose_trunk_cut.py"
     spec = importlib.util.spec_from_file_location("choose_trunk_cut", path)
     script = importlib.util.module_from_spec(spec)

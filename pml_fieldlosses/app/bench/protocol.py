@@ -92,7 +92,9 @@ class BenchConfig:
         hyperparameters unless ``selected`` is False (the selection's own runs
         name their values)."""
         settings = {k: v for k, v in dataclasses.asdict(self).items() if k not in self.NOT_PROTOCOL}
-        settings["trunk_lr_multiplier"] = backbones.get_backbone(self.backbone).trunk_lr_multiplier
+        backbone = backbones.get_backbone(self.backbone)
+        settings["trunk_lr_multiplier"] = backbone.trunk_lr_multiplier
+        settings.update(backbone.protocol())
         if selected:
             settings["hyperparameters"] = hyperparameters()
         return {**settings, "protocol_version": PROTOCOL_VERSION}

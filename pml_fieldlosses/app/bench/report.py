@@ -60,7 +60,7 @@ def text_table(rows, trunk):
     table = [HEADER] + [_cells(r, trunk) for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(HEADER))]
     lines = [
-        "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
+        "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
         for line in table
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -70,7 +70,7 @@ def text_table(rows, trunk):
 def markdown_table(rows, trunk):
     lines = [
         "| " + " | ".join(HEADER) + " |",
-        "|" + "|".join(["---"] * 2 + ["---:"] * (len(HEADER) - 2)) + "|",
+        "|" + "|".join(["---"] * 3 + ["---:"] * (len(HEADER) - 3)) + "|",
     ]
     lines += ["| " + " | ".join(_cells(r, trunk)) + " |" for r in rows]
     return "\n".join(lines)
