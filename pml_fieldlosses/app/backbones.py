@@ -83,7 +83,8 @@ class Lite0Layers(torch.nn.Module):
             raise ValueError(f"layers [{start}, {stop}) of EfficientNet-Lite0: need 0 <= start < stop <= 18")
         net = load_efficientnet_lite0(image_size).to(memory_format=torch.channels_last)
         self.start, self.stop, self.taps = start, stop, tuple(taps)
-        self.drop_connect_rate = net._global_params.drop_connect_rate
+        # block i drops its residual branch at rate * i / 16 in training, as the network does
+        self.drop_connect_rate, self.num_blocks = net._global_params.drop_connect_rate, len(net._blocks)
         channels = [net._blocks[i]._block_args.output_filters for i in self.taps]
         # the width of each pooled tap, the head's last (Standardize weighs them alike)
         self.tap_sizes = [2 * c for c in channels] + [2 * net._conv_head.out_channels]
@@ -130,7 +131,7 @@ class Lite0Layers(torch.nn.Module):
         for key, block in self.blocks.items():
             i = int(key)
             rate = self.drop_connect_rate
-            x = block(x, drop_connect_rate=rate * i / 16 if rate else rate)
+            x = block(x, drop_connect_rate=rate * i / self.num_blocks if rate else rate)
             if i in self.taps:
                 outputs.append(pooled(x))
         if self.head is not None:
@@ -219,8 +220,8 @@ class Backbone:
     # the untrained trunk does not depend on the seed (pretrained weights), so
     # the untrained row is evaluated once
     seed_independent: bool
-    # the trunk's features are standardised with their statistics on the training split
-    # before the initial trunk (a fixed Standardize after it: see prepare_inputs)
+    # a fixed Standardize follows the trunk, fitted on the untrained trunk's features of
+    # the training split (see bench.features.prepare_inputs)
     standardized: bool = False
     # BatchNorm keeps its running statistics (PML's freeze_trunk_batchnorm) while its
     # scale and shift train
