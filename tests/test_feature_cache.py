@@ -6,6 +6,7 @@ folder that is a file or read-only is named. A tiny trunk stands in for Efficien
 
 import subprocess
 import types
+import zipfile
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from pml_fieldlosses.app import backbones
 from pml_fieldlosses.app.bench import features
+from pml_fieldlosses.app.bench.result import BenchFileError, read_embeddings
 from pml_fieldlosses.app.datasets import ImageSet
 from pml_fieldlosses.app.errors import FileFault
 
@@ -156,6 +158,34 @@ def test_a_damaged_cache_file_is_never_mapped_but_named_and_made_again(tiny, tmp
     views, _, seconds = features.cached_views(data, views_of(data), config(cache), file=file)
     assert seconds > 0 and f"cached features {path} are bad" in "".join(messages)
     check_whole(cache, data, views)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"{'descr': '<f4', 'fortran_order': False, 'shape': (30, 6), \x00\xff",  # numpy: tokenize.TokenError
+        b"{'descr': '<f4', 'fortran_order': False, 'shape': " + b"(" * 3000,  # deep nesting
+        b"{'descr': '<f4', 'fortran_order': False, 'shape': (30, 6)} ]",  # SyntaxError
+        b"[1, 2, 3]",  # not a dict
+    ],
+)
+def test_any_damaged_header_is_named_not_raised(tmp_path, header):
+    """Whatever numpy's header parser raises on damaged bytes, every reader of arrays names
+    the file: the feature cache (recomputed), saved test embeddings, a saved image set."""
+    text = header.ljust(118, b" ") + b"\n"
+    npy = b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text + bytes(30 * 6 * 4)
+    path = tmp_path / "view0.npy"
+    path.write_bytes(npy)
+    loaded, problem = features.load_cached(path, 30, 6)
+    assert loaded is None and problem.startswith("unreadable (")
+    archive = tmp_path / "saved.npz"
+    with zipfile.ZipFile(archive, "w") as z:  # stored: the header is parsed before any CRC check
+        for name in ("embeddings", "labels", "images"):
+            z.writestr(f"{name}.npy", npy)
+    with pytest.raises(BenchFileError, match="is not a saved embedding file"):
+        read_embeddings(archive, 30)
+    with pytest.raises(ValueError, match="is not a saved image set"):
+        ImageSet.load(archive)
 
 
 @pytest.fixture

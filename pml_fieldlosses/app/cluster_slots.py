@@ -13,7 +13,9 @@ class SlotsDoNotFit(ValueError):
 def alive_nodes(ray):
     """[(CPUs, GPUs)] of the cluster's live nodes."""
     return [
-        (node["Resources"].get("CPU", 0), node["Resources"].get("GPU", 0)) for node in ray.nodes() if node["Alive"]
+        (node["Resources"].get("CPU", 0), node["Resources"].get("GPU", 0))
+        for node in ray.nodes()
+        if node["Alive"]
     ]
 
 

@@ -21,8 +21,30 @@ import os
 import secrets
 import stat
 import tempfile
+import tokenize
+import zipfile
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
+
+
+# what numpy raises reading a damaged .npy or .npz file: its header parser meets bytes it
+# cannot parse (SyntaxError, tokenize.TokenError, RecursionError on deep nesting, ValueError),
+# a size it cannot allocate (MemoryError), a damaged or cut archive (BadZipFile, zlib.error,
+# EOFError), a missing array (KeyError)
+DAMAGED_ARRAY_FILE = (
+    OSError,
+    ValueError,
+    TypeError,
+    KeyError,
+    EOFError,
+    SyntaxError,
+    tokenize.TokenError,
+    RecursionError,
+    MemoryError,
+    zipfile.BadZipFile,
+    zlib.error,
+)
 
 
 class UsageError(ValueError):

@@ -22,6 +22,7 @@ import tqdm
 from .. import backbones
 from ..datasets.augment import augment, to_float_nchw
 from ..datasets.cache import build_lock, cache_dir, cache_faults
+from ..errors import DAMAGED_ARRAY_FILE
 from . import scheduler
 from .protocol import number_of_workers
 
@@ -322,8 +323,8 @@ def load_cached(path, rows, width):
         return None, None
     try:
         shape, fortran_order, dtype, offset, size = read_npy_header(path)
-    except (OSError, ValueError, EOFError, SyntaxError) as e:
-        return None, f"unreadable ({e})"
+    except DAMAGED_ARRAY_FILE as e:
+        return None, f"unreadable ({type(e).__name__}: {e})"
     if dtype != np.float32 or fortran_order or shape != (rows, width):
         return None, f"{dtype} {shape}, expected float32 ({rows}, {width})"
     expected = offset + rows * width * 4

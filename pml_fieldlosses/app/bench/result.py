@@ -12,7 +12,6 @@ import errno
 import json
 import math
 import os
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -20,7 +19,7 @@ from typing import Optional
 import numpy as np
 
 from .. import catalog
-from ..errors import FileFault, atomic_write
+from ..errors import DAMAGED_ARRAY_FILE, FileFault, atomic_write
 from .metrics import METRICS
 
 UNTRAINED = "(no training)"
@@ -184,7 +183,7 @@ def read_embeddings(path, rows, labels=None, finite=True):
     try:
         with np.load(path, allow_pickle=False) as saved:
             embeddings, saved_labels = saved["embeddings"].astype(np.float32), saved["labels"]
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+    except DAMAGED_ARRAY_FILE as e:
         raise BenchFileError(f"{path} is not a saved embedding file ({e!r})") from None
     if embeddings.ndim != 2 or embeddings.shape[0] != rows or saved_labels.shape != (rows,):
         raise BenchFileError(

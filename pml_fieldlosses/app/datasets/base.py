@@ -2,15 +2,13 @@
 
 import hashlib
 import os
-import zipfile
-import zlib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import tqdm
 
-from ..errors import atomic_write, file_fault
+from ..errors import DAMAGED_ARRAY_FILE, atomic_write, file_fault
 from .render import render_file
 
 
@@ -96,7 +94,7 @@ class ImageSet:
                     num_train_classes=int(data["num_train_classes"]),
                     name=str(data["name"]),
                 )
-        except (OSError, ValueError, TypeError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+        except DAMAGED_ARRAY_FILE as e:
             raise ValueError(
                 f"{path} is not a saved image set ({e!r}); delete it (rm '{path}') to rebuild"
             ) from None
