@@ -1,12 +1,14 @@
 """Choose where to cut EfficientNet-Lite0 and how fast its trained part learns: the table
 behind ``efficientnet-lite0-partial`` (docs/bench.md, "The trained trunk").
 
-Each (cut, trunk lr multiplier) is the bench's run of each loss with seed 0 at the claims'
+Each (cut, trunk lr multiplier, warm-up epochs) is the bench's run of each loss with seed 0 at the claims'
 ``--quick`` budget (8 epochs, 1 augmented view); cut 18 is the frozen trunk. Printed: the
 best validation MAP@R (the only split a choice may look at), the training seconds per
-epoch, and the wall seconds of each setting, its features included.
+epoch, and the wall seconds of each setting, its features included. A setting is
+CUT:LR_MULTIPLIER, or CUT:LR_MULTIPLIER:WARMUP for a trunk frozen during its first WARMUP
+epochs.
 
-    python scripts/choose_trunk_cut.py --settings 18:0,16:0.1,16:0.03,16:0.01,17:0.1
+    python scripts/choose_trunk_cut.py --settings 18:0,16:0.1,16:0.03,16:0.01,17:0.1,17:0.03:1
 """
 
 import argparse
@@ -19,22 +21,26 @@ from pml_fieldlosses.app.bench.protocol import BenchConfig
 
 
 def settings(text):
-    """``CUT:MULTIPLIER,...`` -> [(cut, multiplier), ...]."""
+    """``CUT:MULTIPLIER[:WARMUP],...`` -> [(cut, multiplier, warmup), ...]."""
     try:
-        pairs = [item.split(":") for item in text.split(",")]
-        return [(int(cut), float(multiplier)) for cut, multiplier in pairs]
+        parts = [item.split(":") for item in text.split(",")]
+        if any(len(p) not in (2, 3) for p in parts):
+            raise ValueError
+        return [(int(p[0]), float(p[1]), int(p[2]) if len(p) == 3 else 0) for p in parts]
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected CUT:LR_MULTIPLIER,... (e.g. 16:0.01), got {text!r}"
+            f"expected CUT:LR_MULTIPLIER[:WARMUP],... (e.g. 16:0.01 or 17:0.03:1), got {text!r}"
         ) from None
 
 
-def backbone_name(cut, multiplier):
-    """The bench's backbone for the cut (registered for this process and its workers)."""
+def backbone_name(cut, multiplier, warmup):
+    """The bench's backbone for the setting (registered for this process and its workers)."""
     if cut == backbones.LITE0_LAYERS:
         return "efficientnet-lite0"
-    name = f"efficientnet-lite0-cut{cut}-x{multiplier:g}"
-    backbones.BACKBONES[name] = backbones.lite0(name, cut, f"layers {cut}-17 trained", multiplier)
+    name = f"efficientnet-lite0-cut{cut}-x{multiplier:g}" + (f"-warm{warmup}" if warmup else "")
+    backbones.BACKBONES[name] = backbones.lite0(
+        name, cut, f"layers {cut}-17 trained", multiplier, trunk_warmup_epochs=warmup
+    )
     return name
 
 
@@ -54,21 +60,22 @@ def main(argv=None):
     parser.add_argument("--workers", type=int, default=0)
     args = parser.parse_args(argv)
     losses = tuple(args.losses.split(","))
-    print("cut  lr x   loss                 best val MAP@R  s/epoch")
-    for cut, multiplier in args.settings:
+    print("cut  lr x   warm loss                 best val MAP@R  s/epoch")
+    for cut, multiplier, warmup in args.settings:
         config = BenchConfig(
             losses=losses, seeds=1, epochs=args.epochs, patience=3, lr_decay_epochs=3, aug_views=1,
-            quick=True, data=args.data, image_size=args.image_size, backbone=backbone_name(cut, multiplier),
+            quick=True, data=args.data, image_size=args.image_size, backbone=backbone_name(cut, multiplier, warmup),
             out=args.out, cache=args.cache, workers=args.workers,
         )  # fmt: skip
         start = time.perf_counter()
         ((_, _, results),) = run_plan([Part(config)], sys.stderr)
         for result in results:
             print(
-                f"{cut:<4} {multiplier:<6g} {result.loss:<20} {result.best_val_map_at_r:14.3f}  "
+                f"{cut:<4} {multiplier:<6g} {warmup:<4} {result.loss:<20} {result.best_val_map_at_r:14.3f}  "
                 f"{result.seconds_per_epoch:7.2f}"
             )
-        print(f"# cut {cut}, lr x {multiplier:g}: {time.perf_counter() - start:.0f} s", flush=True)
+        seconds = time.perf_counter() - start
+        print(f"# cut {cut}, lr x {multiplier:g}, warm-up {warmup}: {seconds:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

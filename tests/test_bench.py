@@ -16,6 +16,7 @@ from pml_fieldlosses.app import cli
 from pml_fieldlosses.app.backbones import SmallConvNet, Standardize, build_trunk, get_backbone
 from pml_fieldlosses.app.bench import BenchConfig, quick_config, run_bench, runs, selection
 from pml_fieldlosses.app.bench import features as bench_features
+from pml_fieldlosses.app.bench import run as bench_run
 from pml_fieldlosses.app.bench.protocol import corrupt_labels, make_split, training_labels
 from pml_fieldlosses.app.datasets import ImageSet, load_image_folder
 from pml_fieldlosses.app.datasets.augment import augment, random_affine
@@ -300,8 +301,16 @@ def test_finetuned_trunk_is_trained_with_its_own_lower_lr(folder, tmp_path, monk
         original(self, models, optimizers, *args, **kwargs)
 
     monkeypatch.setattr(trainers.MetricLossOnly, "__init__", spy)
+    trained_models = []
+    original_train = bench_run.MetricLossOnly.train
+
+    def train(self, *args, **kwargs):  # the trunk as training left it (before the best epoch is loaded)
+        original_train(self, *args, **kwargs)
+        trained_models.append({k: v.clone() for k, v in self.models["trunk"][0].state_dict().items()})
+
+    monkeypatch.setattr(bench_run.MetricLossOnly, "train", train)
     config = tiny_config(folder, tmp_path, backbone="efficientnet-lite0-finetune", losses=("ProxyAnchor",))
-    config.seeds, config.epochs = 1, 1
+    config.seeds, config.epochs = 1, 2  # its first epoch is the trunk's warm-up
     rows = run_bench(config)
     assert [r["loss"] for r in rows] == [runs.UNTRAINED, "ProxyAnchor"]
     lrs = {name: opt.param_groups[0]["lr"] for name, opt in seen["optimizers"].items()}
@@ -311,7 +320,7 @@ def test_finetuned_trunk_is_trained_with_its_own_lower_lr(folder, tmp_path, monk
     assert lrs["metric_loss_optimizer"] == pytest.approx(config.lr * config.loss_lr_multiplier)
     assert lrs["embedder_optimizer"] == pytest.approx(config.lr)
     pretrained = build_trunk(config.backbone, 32).state_dict()
-    trained = seen["models"]["trunk"][0].state_dict()  # the trained part, then the fixed Standardize
+    (trained,) = trained_models  # the trained part, then the fixed Standardize
     assert not torch.equal(trained["stem.0.weight"], pretrained["stem.0.weight"])
     statistics = [k for k in pretrained if "running_" in k]  # BatchNorm keeps ImageNet's (frozen)
     assert statistics and all(torch.equal(trained[k], pretrained[k]) for k in statistics)

@@ -12,11 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from pytorch_metric_learning import trainers
+from pytorch_metric_learning import losses, trainers
 
 from pml_fieldlosses.app import backbones, catalog
 from pml_fieldlosses.app.backbones import LITE0_LAYERS, EfficientNetMultiLevel, Lite0Layers
 from pml_fieldlosses.app.bench import BenchConfig, run_bench
+from pml_fieldlosses.app.bench import run as bench_run
 from pml_fieldlosses.app.bench.features import collate_eval_images
 from pml_fieldlosses.app.bench.protocol import make_split
 from pml_fieldlosses.app.datasets import load_image_folder
@@ -55,7 +56,9 @@ def test_the_cut_and_batchnorm_of_a_trained_trunk_are_part_of_the_protocol():
     assert not {"trunk_cut", "freeze_batchnorm", "standardized"} & set(frozen)  # its folders keep their names
     partial = BenchConfig(backbone="efficientnet-lite0-partial").protocol()
     assert partial["trunk_cut"] == backbones.PARTIAL_CUT and partial["freeze_batchnorm"]
-    assert BenchConfig(backbone="efficientnet-lite0-finetune").protocol()["trunk_cut"] == 0
+    finetune = BenchConfig(backbone="efficientnet-lite0-finetune").protocol()
+    assert finetune["trunk_cut"] == 0 and finetune["trunk_warmup_epochs"] == 1
+    assert "trunk_warmup_epochs" not in partial  # none: the folder keeps the name it had
 
 
 def test_a_cut_outside_the_network_is_refused():
@@ -156,6 +159,54 @@ def test_the_cut_choosing_script_trains_each_setting(folder, tmp_path, capsys, m
     ]
     script.main(argv)
     printed = capsys.readouterr().out
-    assert "17   0.1    ProxyAnchor" in printed and "# cut 17, lr x 0.1:" in printed
+    assert "17   0.1    0    ProxyAnchor" in printed and "# cut 17, lr x 0.1, warm-up 0:" in printed
     with pytest.raises(SystemExit):
         script.main(["--settings", "16"])
+
+
+def warmup_run(trunk_warmup_epochs, epochs, frozen_trunk=False):
+    """A small MetricLossOnly run of the bench's trainer: a Linear trunk and embedder,
+    ProxyAnchor; returns (trunk, embedder, loss, trunk clipper) after ``epochs``."""
+    torch.manual_seed(0)
+    data = torch.randn(64, 8, generator=torch.Generator().manual_seed(1))
+    labels = torch.arange(64) % 4
+    trunk, embedder = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+    loss = losses.ProxyAnchorLoss(4, 4)
+    models = {"trunk": trunk, "embedder": embedder, "metric_loss": loss}
+    if frozen_trunk:
+        trunk.requires_grad_(False)
+    config = BenchConfig(grad_clip=10)
+    optimizers, schedulers, clippers = bench_run.optimisation(models, config, 0.1)
+    trainer = bench_run.MetricLossOnly(
+        {"trunk": trunk, "embedder": embedder},
+        optimizers,
+        16,
+        {"metric_loss": loss},
+        torch.utils.data.TensorDataset(data, labels),
+        sampler=torch.utils.data.SequentialSampler(range(64)),
+        data_device=torch.device("cpu"),
+        lr_schedulers=schedulers,
+        gradient_clippers={f"{name}_grad_clipper": c for name, c in clippers.items()},
+        trunk_warmup_epochs=trunk_warmup_epochs,
+    )
+    trainer.train(num_epochs=epochs)
+    return trunk, embedder, loss, clippers.get("trunk")
+
+
+def test_the_trunk_is_frozen_during_its_warmup_epochs_and_trains_after():
+    torch.manual_seed(0)
+    pretrained = torch.nn.Linear(8, 8).state_dict()
+    trunk, embedder, loss, clipper = warmup_run(trunk_warmup_epochs=2, epochs=2)
+    assert all(torch.equal(v, pretrained[k]) for k, v in trunk.state_dict().items())
+    assert clipper.steps == 0  # nothing to clip while frozen
+    # a warm-up epoch is an epoch of the frozen trunk: the embedder and proxies are the same
+    _, frozen_embedder, frozen_loss, _ = warmup_run(trunk_warmup_epochs=0, epochs=2, frozen_trunk=True)
+    assert torch.equal(embedder.weight, frozen_embedder.weight)
+    assert torch.equal(loss.proxies, frozen_loss.proxies)
+    # then the trunk trains
+    trunk, *_, clipper = warmup_run(trunk_warmup_epochs=2, epochs=3)
+    assert not torch.equal(trunk.weight, pretrained["weight"])
+    assert all(p.requires_grad for p in trunk.parameters())
+    assert clipper.steps == 4  # the third epoch's four batches
+    trunk, *_ = warmup_run(trunk_warmup_epochs=0, epochs=1)
+    assert not torch.equal(trunk.weight, pretrained["weight"])  # no warm-up: it trains at once

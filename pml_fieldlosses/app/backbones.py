@@ -229,6 +229,10 @@ class Backbone:
     cache_tag: str = ""  # names the cache of the frozen part's outputs
     trunk: str = "trained"  # what of the trunk trains, in a few words (the reports' trunk column)
     cut: Optional[int] = None  # EfficientNet-Lite0's layers [0, cut) are frozen (lite0)
+    # the trained part stays frozen for the first epochs while the embedder and the
+    # loss's parameters (fresh proxies) train, as in the official ProxyAnchor, mean-field
+    # and DRML code ("--warm")
+    trunk_warmup_epochs: int = 0
 
     @property
     def frozen(self):
@@ -240,14 +244,17 @@ class Backbone:
         protocol.json); none for a frozen trunk, whose features' cache names it."""
         if self.frozen or self.cut is None:
             return {}
-        return {
+        settings = {
             "trunk_cut": self.cut,
             "freeze_batchnorm": self.freeze_batchnorm,
             "standardized": self.standardized,
         }
+        if self.trunk_warmup_epochs:  # (a setting without warm-up keeps its folder's name)
+            settings["trunk_warmup_epochs"] = self.trunk_warmup_epochs
+        return settings
 
 
-def lite0(description, cut, trunk, trunk_lr_multiplier=None):
+def lite0(description, cut, trunk, trunk_lr_multiplier=None, trunk_warmup_epochs=0):
     """EfficientNet-Lite0 with layers [0, cut) frozen (their outputs cached) and layers
     [cut, 18) trained (Lite0Layers' numbering): the same code for every cut, from 0 (all
     of it trains, from the images, which are then augmented on the fly) to 18 (nothing
@@ -266,6 +273,7 @@ def lite0(description, cut, trunk, trunk_lr_multiplier=None):
         cache_tag="lite0" if cut == LITE0_LAYERS else f"lite0-cut{cut}",
         trunk=trunk,
         cut=cut,
+        trunk_warmup_epochs=trunk_warmup_epochs if cut < LITE0_LAYERS else 0,
     )
 
 
@@ -286,11 +294,12 @@ BACKBONES = {
         trunk="head trained",
         trunk_lr_multiplier=0.03,
     ),
-    "efficientnet-lite0-finetune": lite0(  # the whole pretrained trunk: 1e-4
+    "efficientnet-lite0-finetune": lite0(  # the whole pretrained trunk: 1e-4, after 1 epoch
         "EfficientNet-Lite0 (ImageNet) fine-tuned end to end, augmented (GPU)",
         0,
         trunk="all trained",
         trunk_lr_multiplier=0.01,
+        trunk_warmup_epochs=1,
     ),
     "convnet": Backbone(  # a trunk trained from scratch: 1e-3
         "SmallConvNet trained from scratch with augmentation",

@@ -141,6 +141,7 @@ class Inputs:
     trunk_lr_multiplier: Optional[float] = None
     seed_independent: bool = True  # the untrained trunk is the same for every seed
     freeze_batchnorm: bool = False  # the trunk's BatchNorm keeps its running statistics
+    trunk_warmup_epochs: int = 0  # the trunk is frozen for these first epochs
     train_collate: Optional[Callable] = None
     eval_collate: Optional[Callable] = None
     seconds: float = 0.0  # time spent computing features (0 when all came from the cache)
@@ -407,6 +408,7 @@ def prepare_inputs(dataset, split, config, file=None):
         trunk_lr_multiplier=backbone.trunk_lr_multiplier,
         seed_independent=backbone.seed_independent,
         freeze_batchnorm=backbone.freeze_batchnorm,
+        trunk_warmup_epochs=backbone.trunk_warmup_epochs,
     )
     if backbone.frozen_part is not None:
         train_class_rows = np.flatnonzero(dataset.is_train())

@@ -67,6 +67,8 @@ class GradClipper:
         self.steps = self.clipped = 0
 
     def __call__(self):
+        if all(p.grad is None for p in self.parameters):
+            return  # a frozen part (the trunk in its warm-up epochs): no step to count
         norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.max_norm)
         self.steps += 1
         self.clipped += int(norm > self.max_norm)
@@ -92,6 +94,26 @@ def optimisation(models, config, trunk_lr_multiplier):
         if config.grad_clip:
             clippers[name] = GradClipper(models[name].parameters(), config.grad_clip)
     return optimizers, schedulers, clippers
+
+
+class MetricLossOnly(trainers.MetricLossOnly):
+    """PML's MetricLossOnly whose trunk is frozen during its first ``trunk_warmup_epochs``
+    epochs: PML's own ``freeze_these`` (no gradient, no optimiser step) names the trunk at the
+    start of those epochs and not after, when the trunk's trainable parameters are given their
+    gradients back. The embedder and the loss's parameters train from the first epoch."""
+
+    def __init__(self, *args, trunk_warmup_epochs=0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.trunk_warmup_epochs = trunk_warmup_epochs
+        self.trunk_parameters = [p for p in self.models["trunk"].parameters() if p.requires_grad]
+
+    def set_to_train(self):
+        warming_up = self.epoch <= self.trunk_warmup_epochs
+        self.freeze_these = ("trunk",) if warming_up else ()
+        if not warming_up:
+            for parameter in self.trunk_parameters:
+                parameter.requires_grad_(True)
+        super().set_to_train()
 
 
 class EpochHooks:
@@ -156,7 +178,7 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, report=
         test_collate_fn=inputs.eval_collate,
     )
     timing = EpochHooks(hooks, tester, end_of_epoch, report or (lambda **info: None))
-    trainer = trainers.MetricLossOnly(
+    trainer = MetricLossOnly(
         {"trunk": trunk, "embedder": embedder},
         optimizers,
         batch_size,
@@ -174,6 +196,7 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, report=
         gradient_clippers={f"{name}_grad_clipper": c for name, c in clippers.items()},
         end_of_iteration_hook=timing.end_of_iteration,
         end_of_epoch_hook=timing.end_of_epoch_hook,
+        trunk_warmup_epochs=inputs.trunk_warmup_epochs,
     )
     with closed_on_error(writer):
         trainer.train(num_epochs=config.epochs)
