@@ -10,13 +10,17 @@ at once, with every entry outside the sample's own branch masked out of the
 sums over samples (docs/models.md, "Speed").
 """
 
+import collections
+
 import torch
 from pytorch_metric_learning.distances import CosineSimilarity
 from pytorch_metric_learning.losses import ProxyAnchorLoss
 from pytorch_metric_learning.reducers import DivisorReducer, MultipleReducers
 from pytorch_metric_learning.utils import common_functions as c_f
 
-from ..utils.loss_utils import log1p_sum_exp
+from ..utils.loss_utils import unit_rows, unit_rows_backward
+
+PML_EPS = 1e-12  # the eps of torch.nn.functional.normalize, which PML's CosineSimilarity calls
 
 
 def batchable_proxy_anchor(losses):
@@ -48,48 +52,122 @@ def batchable_proxy_anchor(losses):
     )
 
 
-def proxy_anchor_branches(losses, embeddings, labels, counts):
-    """sum_k losses[k](embeddings[rows of k], labels[rows of k]) for ProxyAnchorLosses
+def proxy_anchor_branches(losses, nodes, labels, order, branches, counts):
+    """sum_k losses[k](nodes of the samples of branches[k], their labels) for ProxyAnchorLosses
     that pass batchable_proxy_anchor, without indices tuples, in one pass.
 
-    embeddings (batch, E) and their int64 labels hold the samples of loss 0, then those
-    of loss 1, ...: counts[k] > 0 rows each. The branches are laid side by side as a
-    (K, M, ...) batch, M = max(counts), each padded with rows that every mask leaves
-    out (as PML masks the absent pairs of one call), so each sample meets only its own
-    branch's proxies and the work is that of the K calls. Each branch's pos_loss is
-    divided by its own number of classes present, its neg_loss by num_classes, as
-    PML's reducer does."""
+    nodes (batch, num_branches, E) and their int64 labels (batch,) are those of
+    RelationalLoss.branch_loss; order lists the samples grouped by branch (batch order
+    within a branch): those of branches[0] (counts[0] > 0 of them), then those of
+    branches[1], ... Each sample's own node (that of its branch) is gathered straight into a
+    (K, M, E) batch, M = max(counts), one row per sample of the branch, so each sample meets
+    only its own branch's proxies and the work is that of the K calls. A branch with fewer
+    than M samples is padded with copies of its last sample that every mask leaves out (as
+    PML masks the absent pairs of one call): their gradient is exactly 0. Each branch's
+    pos_loss is divided by its own number of classes present, its neg_loss by num_classes,
+    as PML's reducer does."""
     K, M, C = len(losses), max(counts), losses[0].num_classes
-    alpha, margin = losses[0].alpha, losses[0].margin
-    dtype, device = embeddings.dtype, embeddings.device
+    device = nodes.device
     for loss in losses:  # PML moves the proxies to the embeddings' dtype and device on each call
-        loss.cast_types(dtype, device)
+        loss.cast_types(nodes.dtype, device)
     sizes = torch.tensor(counts, device=device)
-    branch = torch.repeat_interleave(torch.arange(K, device=device), sizes)
-    row = torch.arange(len(embeddings), device=device) - (sizes.cumsum(0) - sizes)[branch]
-
-    # both unit-normalised as PML's CosineSimilarity does on each call
-    x = torch.nn.functional.normalize(embeddings, p=2, dim=1)
-    proxies = torch.nn.functional.normalize(torch.stack([loss.proxies for loss in losses]), p=2, dim=2)
-    padded = x.new_zeros(K, M, x.shape[1]).index_put((branch, row), x)
-    cos = torch.bmm(padded, proxies.transpose(1, 2))  # (K, M, C)
+    starts = sizes.cumsum(0) - sizes
+    rows = torch.arange(M, device=device)
+    # (K, M): the sample in row r of branch k (the last one for a padding row) and its node
+    samples = order[starts.unsqueeze(1) + torch.minimum(rows, sizes.unsqueeze(1) - 1)]
+    padded = nodes[samples, torch.tensor(branches, device=device).unsqueeze(1)]
+    proxies = torch.stack([loss.proxies for loss in losses])
 
     # the negatives: every (sample, proxy) pair of a branch but the sample's own label
-    negative = torch.zeros(K, M, C, dtype=torch.bool, device=device)
-    negative[branch, row] = True  # the rows of samples (the padding rows stay False)
-    negative = negative.index_put((branch, row, labels), torch.tensor(False, device=device))
-    # logsumexp over the samples, with PML's "+ 1" (a zero entry) and 0 for columns without one;
+    is_sample = rows < sizes.unsqueeze(1)  # (K, M): False on the padding rows
+    negative = is_sample.unsqueeze(2) & (labels[samples].unsqueeze(2) != torch.arange(C, device=device))
     # the positives (one per sample: its own label) as groups of B values, (branch, label), not
     # as a masked (K, M, C) logsumexp: B exponentials instead of two passes over K * M * C
-    group = branch * C + labels
-    pos_values = alpha * (margin - cos[branch, row, labels])
-    pos_term = log1p_sum_exp(pos_values, group, K * C).view(K, C)
-    neg_term = masked_logsumexp(alpha * (cos + margin), negative)
-
+    branch = torch.repeat_interleave(torch.arange(K, device=device), sizes)
+    row = torch.arange(len(order), device=device) - starts[branch]
+    label = labels[order]
+    group = branch * C + label
     # PML's DivisorReducer: pos_loss by the number of proxies with a positive sample (never 0
-    # in a non-empty branch), neg_loss by num_classes; the two summed
+    # in a non-empty branch), neg_loss by num_classes
     with_positives = torch.bincount(group, minlength=K * C).view(K, C).gt(0).sum(dim=1)
-    return (pos_term.sum(dim=1) / with_positives + neg_term.sum(dim=1) / C).sum()
+    positives = Positives(branch, row, label, group, with_positives)
+    return ProxyAnchorBranches.apply(padded, proxies, negative, positives, losses[0].alpha, losses[0].margin)
+
+
+Positives = collections.namedtuple("Positives", ["branch", "row", "label", "group", "per_branch"])
+Positives.__doc__ = """Where the positive pairs of proxy_anchor_branches lie: sample i is row row[i]
+of branch branch[i] with label label[i], in group = branch * C + label; per_branch (K,) is the
+number of groups with a sample in each branch."""
+
+
+class ProxyAnchorBranches(torch.autograd.Function):
+    """The K ProxyAnchor losses of proxy_anchor_branches on the padded (K, M, E) samples and
+    the (K, C, E) proxies, with a hand-written backward.
+
+    The same values as the plain ops (both sides unit-normalised as PML's CosineSimilarity
+    does, their (K, M, C) cosines, the logsumexps over the samples); the backward reuses
+    the forward's exponentials: d loss / d cos is alpha * exp / denominator on each
+    negative (divided by C) and -alpha * exp / denominator on each positive (divided by
+    its branch's number of groups), then two batched products and the normalisations'
+    backward. Autograd through the plain ops takes about 40 small steps over (K, M, C)
+    and (K, C, E) tensors for this; the loss is a few per cent of a training step, and
+    those steps were most of its cost. No double backward."""
+
+    @staticmethod
+    def forward(ctx, padded, proxies, negative, positives, alpha, margin):
+        x, x_norms = unit_rows(padded, PML_EPS)
+        p, p_norms = unit_rows(proxies, PML_EPS)
+        cos = torch.bmm(x, p.transpose(1, 2))  # (K, M, C)
+        K, _, C = cos.shape
+        # the negatives: log(1 + sum over a column's negatives of exp(alpha (cos + margin)))
+        neg_shift, neg_exp, neg_denominator = masked_exp_sums(alpha * (cos + margin), negative)
+        neg_term = neg_shift + torch.log(neg_denominator)
+        # the positives: log(1 + sum over a group's samples of exp(alpha (margin - cos)))
+        positions = (positives.branch, positives.row, positives.label)
+        pos_values = alpha * (margin - cos[positions])
+        pos_shift, pos_exp, pos_denominator = grouped_exp_parts(pos_values, positives.group, K * C)
+        pos_term = (pos_shift + torch.log(pos_denominator)).view(K, C)
+        ctx.save_for_backward(x, x_norms, p, p_norms, neg_exp, neg_denominator, pos_exp, pos_denominator)
+        ctx.positives, ctx.alpha = positives, alpha
+        return (pos_term.sum(dim=1) / positives.per_branch + neg_term.sum(dim=1) / C).sum()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        x, x_norms, p, p_norms, neg_exp, neg_denominator, pos_exp, pos_denominator = ctx.saved_tensors
+        positives, alpha = ctx.positives, ctx.alpha
+        C = p.shape[1]
+        # neg_exp is 0 off the negatives (the masked entries, the positives and the padding rows)
+        grad_cos = neg_exp * (grad * alpha / C / neg_denominator).unsqueeze(1)
+        pos_weight = pos_exp / pos_denominator[positives.group] / positives.per_branch[positives.branch]
+        grad_cos[positives.branch, positives.row, positives.label] = -grad * alpha * pos_weight
+        grad_padded = grad_proxies = None
+        if ctx.needs_input_grad[0]:
+            grad_padded = unit_rows_backward(torch.bmm(grad_cos, p), x, x_norms, PML_EPS)
+        if ctx.needs_input_grad[1]:
+            grad_proxies = unit_rows_backward(torch.bmm(grad_cos.transpose(1, 2), x), p, p_norms, PML_EPS)
+        return grad_padded, grad_proxies, None, None, None, None
+
+
+def masked_exp_sums(x, keep):
+    """The parts of masked_logsumexp: shift (K, C), exps (K, M, C: exp(x - shift) on the kept
+    entries, 0 elsewhere) and denominator exp(-shift) + sum of the exps over dim 1, so that
+    masked_logsumexp(x, keep) = shift + log(denominator)."""
+    x = x.masked_fill(~keep, c_f.neg_inf(x.dtype))
+    shift = x.detach().amax(dim=1).clamp_min(0)
+    exps = torch.exp(x - shift.unsqueeze(1))
+    return shift, exps, torch.exp(-shift) + exps.sum(dim=1)
+
+
+def grouped_exp_parts(values, groups, num_groups):
+    """loss_utils.grouped_exp_sums for 1-D values, also returning each value's exponential:
+    shift (num_groups,), exps exp(values - shift[groups]) and denominator exp(-shift) + the
+    group's sum of exps, so that log1p_sum_exp(values, groups, num_groups) =
+    shift + log(denominator)."""
+    shift = values.new_zeros(num_groups).scatter_reduce(0, groups, values, "amax", include_self=True)
+    exps = torch.exp(values - shift[groups])
+    sums = values.new_zeros(num_groups).index_add(0, groups, exps)
+    return shift, exps, torch.exp(-shift) + sums
 
 
 def masked_logsumexp(x, keep):
@@ -98,7 +176,5 @@ def masked_logsumexp(x, keep):
     same shift (the column's largest kept value, at least 0: the "+ 1"), written out so that
     the exponentials are taken once (torch.logsumexp takes them again in its backward) and
     without appending the row of zeros."""
-    x = x.masked_fill(~keep, c_f.neg_inf(x.dtype))
-    shift = x.detach().amax(dim=1).clamp_min(0)
-    sums = torch.exp(x - shift.unsqueeze(1)).sum(dim=1)
-    return shift + torch.log(torch.exp(-shift) + sums)
+    shift, _, denominator = masked_exp_sums(x, keep)
+    return shift + torch.log(denominator)

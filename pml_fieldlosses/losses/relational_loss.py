@@ -189,8 +189,8 @@ class RelationalLoss(BaseMetricLossFunction):
         reconstruction_loss = errors.div(errors.numel()).sum()
         return {
             "branch_loss": already_reduced(branch_loss),
-            "representation_loss": already_reduced(self.representation_weight * representation_loss),
-            "reconstruction_loss": already_reduced(self.reconstruction_weight * reconstruction_loss),
+            "representation_loss": already_reduced(weighted(self.representation_weight, representation_loss)),
+            "reconstruction_loss": already_reduced(weighted(self.reconstruction_weight, reconstruction_loss)),
         }
 
     def explain_non_finite(self, loss_dict, loss):
@@ -216,17 +216,17 @@ class RelationalLoss(BaseMetricLossFunction):
         """Sum over branches of the branch loss on the samples assigned to the branch."""
         assignment = errors.detach().argmin(dim=1)  # first minimum: ties -> lowest index
         counts = torch.bincount(assignment, minlength=self.num_branches).tolist()
-        # the samples grouped by branch (in batch order within a branch) and each one's own node,
-        # gathered at once: one indexing op (and one scatter in the backward) instead of one per branch
-        order = torch.argsort(assignment, stable=True)
-        grouped_nodes, grouped_labels = nodes[order, assignment[order]], labels[order]
+        order = torch.argsort(assignment, stable=True)  # the samples grouped by branch, in batch order
         if self.collect_stats:
             for k in range(self.num_branches):
                 setattr(self, f"num_samples_branch_{k}", counts[k])
         called = [k for k in range(self.num_branches) if counts[k] > 0]  # an empty branch adds 0
         losses = [self.branch_loss_of(k) for k in called]
         if indices_tuple is None and self.branch_miner is None and batchable_proxy_anchor(losses):
-            return proxy_anchor_branches(losses, grouped_nodes, grouped_labels, [counts[k] for k in called])
+            return proxy_anchor_branches(losses, nodes, labels, order, called, [counts[k] for k in called])
+        # each sample's own node, gathered at once: one indexing op (and one scatter in the
+        # backward) instead of one per branch
+        grouped_nodes, grouped_labels = nodes[order, assignment[order]], labels[order]
         grouped_nodes, grouped_labels = grouped_nodes.split(counts), grouped_labels.split(counts)
         total = 0
         for k, members in enumerate(order.split(counts)):
@@ -313,6 +313,12 @@ def check_size_attribute(name, loss, expected):
 
 def scalar(value):
     return float(torch.as_tensor(value).detach())
+
+
+def weighted(weight, loss):
+    """weight * loss; the loss itself for the default weight 1 (the same value and gradient,
+    bit for bit, without a multiplication and its backward)."""
+    return loss if weight == 1.0 else weight * loss
 
 
 def already_reduced(loss):

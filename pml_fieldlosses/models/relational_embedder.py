@@ -4,7 +4,7 @@ import math
 import torch
 
 from ..utils import checks
-from ..utils.loss_utils import scale_rows_for_normalize, upcast_half
+from ..utils.loss_utils import UnitRows, scale_rows_for_normalize, unit_rows, upcast_half
 
 BranchOutputs = collections.namedtuple("BranchOutputs", ["nodes", "errors", "version"])
 BranchOutputs.__doc__ = """Side outputs of one training-mode forward of a RelationalEmbedder,
@@ -84,8 +84,15 @@ def normalize_rows(x, rescale=False):
     magnitude, where the plain norms overflow to inf and give zero rows."""
     if rescale:
         x = scale_rows_for_normalize(x.reshape(-1, x.shape[-1])).reshape(x.shape)
-    norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-    return x / norms.clamp_min(smallest_eps(x.dtype)), norms
+    if fast_path(x):
+        return UnitRows.apply(x, smallest_eps(x.dtype))
+    return unit_rows(x, smallest_eps(x.dtype))
+
+
+def fast_path(x):
+    """True where the hand-written backwards apply: float32/float64 outside autocast (under
+    autocast the plain ops run, in the dtypes autocast gives them)."""
+    return x.dtype in (torch.float32, torch.float64) and not torch.is_autocast_enabled(x.device.type)
 
 
 class BranchLinear(torch.nn.Module):
@@ -104,17 +111,60 @@ class BranchLinear(torch.nn.Module):
         torch.nn.init.normal_(self.weight, std=math.sqrt(2 / out_features))
 
     def forward(self, x):
-        out = torch.baddbmm(self.bias.unsqueeze(1), x.transpose(0, 1), self.weight.transpose(1, 2))
-        return out.transpose(0, 1)
+        if fast_path(x):
+            return BranchLinearFunction.apply(x, self.weight, self.bias)
+        return branch_linear(x, self.weight, self.bias)
 
-    def project(self, x, direction):
-        """direction . forward(x) for a direction of size out_features: (batch_size, K).
-        Computed as (weight^T direction) . x + bias . direction, so it costs
-        O(K * in_features * out_features) per call, not per sample."""
-        # one (1, out) x (out, in) product per branch; matmul of a vector with the (K, out, in)
-        # weight expands and copies it first, which costs more than the product itself
-        folded = torch.bmm(direction.expand(len(self.weight), 1, -1), self.weight).squeeze(1)
-        return (x * folded).sum(dim=-1) + self.bias.matmul(direction)
+
+def projections(x, layers, direction):
+    """direction . layer(x) for each BranchLinear in layers, side by side: (batch_size, K,
+    len(layers)). Computed as (weight^T direction) . x + bias . direction, so it costs
+    O(K * in_features * out_features) per layer, not per sample."""
+    K = x.shape[1]
+    # one (1, out) x (out, in) product per branch and layer; matmul of a vector with the (K, out, in)
+    # weight expands and copies it first, which costs more than the product itself
+    folded = torch.cat([torch.bmm(direction.expand(K, 1, -1), layer.weight) for layer in layers], dim=1)
+    offsets = torch.stack([layer.bias.matmul(direction) for layer in layers], dim=1)  # (K, layers)
+    # then one (layers, in) x (in, batch) product per branch, x read in place as a transposed matrix
+    # (a strided view) and once for all the layers, forward and backward: cheaper than
+    # (x * folded).sum(dim=-1), which passes over x twice per layer each way
+    products = torch.baddbmm(offsets.unsqueeze(2), folded, x.permute(1, 2, 0))  # (K, layers, batch)
+    # in (batch, K) order in memory: the scores made from them are then laid out plainly, which
+    # the messages' batched product (over the batch) needs to run at full speed
+    return products.permute(2, 0, 1).contiguous()
+
+
+def branch_linear(x, weight, bias):
+    """(batch, K, in) -> (batch, K, out): x[:, k] weight[k]^T + bias[k], one batched product."""
+    return torch.baddbmm(bias.unsqueeze(1), x.transpose(0, 1), weight.transpose(1, 2)).transpose(0, 1)
+
+
+class BranchLinearFunction(torch.autograd.Function):
+    """branch_linear with a backward that computes each gradient in its own tensor's layout.
+    Autograd of the plain ops computes the weight's gradient as (K, in, out) blocks (the
+    transposed weight is the product's operand), copied afterwards into the (K, out, in)
+    weight, and the input's as (K, batch, in), copied again where the trunk features'
+    (batch, K * in) reshape is undone: two copies and a slower product. No double backward."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        return branch_linear(x, weight, bias)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad = grad.transpose(0, 1)  # (K, batch, out)
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_x = grad.new_empty(x.shape)  # (batch, K, in), the products written into it in place
+            torch.bmm(grad, weight, out=grad_x.transpose(0, 1))
+        if ctx.needs_input_grad[1]:
+            grad_weight = torch.bmm(grad.transpose(1, 2), x.transpose(0, 1))
+        if ctx.needs_input_grad[2]:
+            grad_bias = grad.sum(dim=1)
+        return grad_x, grad_weight, grad_bias
 
 
 class ReconstructionError(torch.autograd.Function):
@@ -134,8 +184,8 @@ class ReconstructionError(torch.autograd.Function):
     def forward(ctx, h, nodes, weight, bias):
         nodes = nodes.transpose(0, 1)  # (K, batch, E)
         reconstruction = torch.baddbmm(bias.unsqueeze(1), nodes, weight.transpose(1, 2))
-        diff = h.transpose(0, 1) - reconstruction  # (K, batch, in)
-        ctx.save_for_backward(nodes, diff)
+        diff = h.transpose(0, 1) - reconstruction
+        ctx.save_for_backward(nodes, diff)  # (K, batch, in)
         return diff.square().mean(dim=-1).transpose(0, 1)
 
     @staticmethod
@@ -244,10 +294,9 @@ class RelationalEmbedder(torch.nn.Module):
 
         # score_ij = relu(w_s . (a_i - b_j) + b_s) = relu(w_s . a_i - w_s . b_j + b_s): the score
         # function is linear, so it is applied to the edge projections a, b before the difference
-        # (BranchLinear.project), which never forms a or b themselves
-        w_s = self.score.weight.squeeze(0)
-        alpha = self.a_edges.project(h_detached, w_s) + self.score.bias
-        beta = self.b_edges.project(h_detached, w_s)
+        # (projections), which never forms a or b themselves
+        edges = projections(h_detached, [self.a_edges, self.b_edges], self.score.weight.squeeze(0))
+        alpha, beta = edges[..., 0] + self.score.bias, edges[..., 1]
         scores = torch.relu(alpha.unsqueeze(2) - beta.unsqueeze(1))
         adjacency = scores / scores.sum(dim=1, keepdim=True).clamp_min(smallest_eps(scores.dtype))
         # u_j = sum_i A_ij n_i, one batched product (a broadcast sum over the sources forms the

@@ -89,3 +89,37 @@ def scale_rows_for_normalize(x):
     exponent = torch.frexp(largest).exponent.to(x.dtype)
     exponent = exponent.masked_fill(largest < threshold, 0.0)
     return x * torch.pow(x.new_tensor(2.0), -exponent)
+
+
+def unit_rows(x, eps):
+    """x / max(||x||, eps) over the last dimension (torch's normalize) and the norms (keepdim)."""
+    norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    return x / norms.clamp_min(eps), norms
+
+
+def unit_rows_backward(grad, unit, norms, eps):
+    """The gradient w.r.t. x of unit_rows(x, eps)[0] = x / max(||x||, eps), from the unit rows
+    and the norms: (grad - unit (unit . grad)) / ||x|| where ||x|| >= eps (the component along
+    the row removed), grad / eps where smaller (the clamped norm is a constant there). The same
+    gradient as autograd through the plain ops (which takes about eight passes over x for it)."""
+    along = torch.linalg.vecdot(unit, grad).unsqueeze(-1).masked_fill_(norms < eps, 0)
+    return (grad - unit * along) / norms.clamp_min(eps)
+
+
+class UnitRows(torch.autograd.Function):
+    """unit_rows(x, eps) with unit_rows_backward as its backward; the norms are not
+    differentiated (the head only checks them). No double backward."""
+
+    @staticmethod
+    def forward(ctx, x, eps):
+        unit, norms = unit_rows(x, eps)
+        ctx.save_for_backward(unit, norms)
+        ctx.eps = eps
+        ctx.mark_non_differentiable(norms)
+        return unit, norms
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad, _):
+        unit, norms = ctx.saved_tensors
+        return unit_rows_backward(grad, unit, norms, ctx.eps), None
