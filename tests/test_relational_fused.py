@@ -129,8 +129,15 @@ def test_unit_rows_and_its_backward_equal_the_plain_ops(shape, scale, zero_row, 
     fast, fast_norms = UnitRows.apply(x, 1e-12)
     plain, plain_norms = unit_rows(x, 1e-12)
     assert torch.equal(fast, plain) and torch.equal(fast_norms, plain_norms)
-    assert_close(
-        torch.autograd.grad(fast, x, upstream)[0], torch.autograd.grad(plain, x, upstream)[0], torch.float64
+    # 1e-12 of the gradient's own scale, |upstream| / max(||x||, eps): where the exact gradient
+    # cancels to 0 (rows of one entry: x / |x| is constant) the plain ops leave rounding noise
+    # of that scale, which the hand-written backward does not
+    natural = (upstream.abs() / fast_norms.clamp_min(1e-12)).max().item()
+    torch.testing.assert_close(
+        torch.autograd.grad(fast, x, upstream)[0],
+        torch.autograd.grad(plain, x, upstream)[0],
+        rtol=1e-12,
+        atol=1e-12 * natural,
     )
 
 
