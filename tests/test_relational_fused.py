@@ -6,12 +6,9 @@ edge projections read in one pass over the features."""
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
-from pml_fieldlosses.losses.relational_branches import (
-    ProxyAnchorBranches,
-    masked_logsumexp,
-    proxy_anchor_branches,
-)
+from pml_fieldlosses.losses.relational_branches import ProxyAnchorBranches, proxy_anchor_branches
 from pml_fieldlosses.models.relational_embedder import (
     BranchLinear,
     BranchLinearFunction,
@@ -25,7 +22,8 @@ from .helpers import assert_close
 
 def plain_proxy_anchor_branches(grouped, labels, counts, proxies, alpha, margin):
     """The branch losses with autograd through plain ops: each branch's rows unit-normalised,
-    padded with zero rows, PML's ProxyAnchor terms as masked logsumexps."""
+    padded with zero rows, PML's ProxyAnchor terms: the negatives through PML's own logsumexp
+    (branch by branch), the positives as grouped log(1 + sum exp)."""
     K, C = proxies.shape[:2]
     M = max(counts)
     sizes = torch.tensor(counts)
@@ -40,7 +38,13 @@ def plain_proxy_anchor_branches(grouped, labels, counts, proxies, alpha, margin)
     negative[branch, row, labels] = False
     group = branch * C + labels
     pos_term = log1p_sum_exp(alpha * (margin - cos[branch, row, labels]), group, K * C).view(K, C)
-    neg_term = masked_logsumexp(alpha * (cos + margin), negative)
+    neg_values = alpha * (cos + margin)
+    neg_term = torch.stack(
+        [
+            lmu.logsumexp(neg_values[k], keep_mask=negative[k], add_one=True, dim=0).squeeze(0)
+            for k in range(K)
+        ]
+    )
     with_positives = torch.bincount(group, minlength=K * C).view(K, C).gt(0).sum(dim=1)
     return (pos_term.sum(dim=1) / with_positives + neg_term.sum(dim=1) / C).sum()
 

@@ -18,7 +18,7 @@ from pytorch_metric_learning.losses import ProxyAnchorLoss
 from pytorch_metric_learning.reducers import DivisorReducer, MultipleReducers
 from pytorch_metric_learning.utils import common_functions as c_f
 
-from ..utils.loss_utils import unit_rows, unit_rows_backward
+from ..utils.loss_utils import grouped_exps, unit_rows, unit_rows_backward
 
 PML_EPS = 1e-12  # the eps of torch.nn.functional.normalize, which PML's CosineSimilarity calls
 
@@ -125,7 +125,8 @@ class ProxyAnchorBranches(torch.autograd.Function):
         # the positives: log(1 + sum over a group's samples of exp(alpha (margin - cos)))
         positions = (positives.branch, positives.row, positives.label)
         pos_values = alpha * (margin - cos[positions])
-        pos_shift, pos_exp, pos_denominator = grouped_exp_parts(pos_values, positives.group, K * C)
+        pos_shift, pos_exp, pos_sums = grouped_exps(pos_values, positives.group, K * C)
+        pos_denominator = torch.exp(-pos_shift) + pos_sums
         pos_term = (pos_shift + torch.log(pos_denominator)).view(K, C)
         ctx.save_for_backward(x, x_norms, p, p_norms, neg_exp, neg_denominator, pos_exp, pos_denominator)
         ctx.positives, ctx.alpha = positives, alpha
@@ -150,31 +151,13 @@ class ProxyAnchorBranches(torch.autograd.Function):
 
 
 def masked_exp_sums(x, keep):
-    """The parts of masked_logsumexp: shift (K, C), exps (K, M, C: exp(x - shift) on the kept
-    entries, 0 elsewhere) and denominator exp(-shift) + sum of the exps over dim 1, so that
-    masked_logsumexp(x, keep) = shift + log(denominator)."""
+    """log(1 + sum over dim 1 of exp(x) where keep) of a (K, M, C) x, PML's logsumexp with
+    add_one over each branch's samples (0 for a column with no kept entry), in parts:
+    shift + log(denominator), with shift (K, C) the column's largest kept value, at least 0
+    (the "+ 1"), exps (K, M, C) exp(x - shift) on the kept entries and 0 elsewhere, and
+    denominator exp(-shift) + the column's sum of exps. The exponentials are taken once, for
+    the forward and the backward."""
     x = x.masked_fill(~keep, c_f.neg_inf(x.dtype))
     shift = x.detach().amax(dim=1).clamp_min(0)
     exps = torch.exp(x - shift.unsqueeze(1))
     return shift, exps, torch.exp(-shift) + exps.sum(dim=1)
-
-
-def grouped_exp_parts(values, groups, num_groups):
-    """loss_utils.grouped_exp_sums for 1-D values, also returning each value's exponential:
-    shift (num_groups,), exps exp(values - shift[groups]) and denominator exp(-shift) + the
-    group's sum of exps, so that log1p_sum_exp(values, groups, num_groups) =
-    shift + log(denominator)."""
-    shift = values.new_zeros(num_groups).scatter_reduce(0, groups, values, "amax", include_self=True)
-    exps = torch.exp(values - shift[groups])
-    sums = values.new_zeros(num_groups).index_add(0, groups, exps)
-    return shift, exps, torch.exp(-shift) + sums
-
-
-def masked_logsumexp(x, keep):
-    """PML's lmu.logsumexp(x, keep_mask, add_one=True, dim=1) on (K, M, C), branch by branch:
-    log(1 + sum of exp(x) over the kept entries of a column), 0 for a column with none. The
-    same shift (the column's largest kept value, at least 0: the "+ 1"), written out so that
-    the exponentials are taken once (torch.logsumexp takes them again in its backward) and
-    without appending the row of zeros."""
-    shift, _, denominator = masked_exp_sums(x, keep)
-    return shift + torch.log(denominator)

@@ -184,8 +184,8 @@ class ReconstructionError(torch.autograd.Function):
     def forward(ctx, h, nodes, weight, bias):
         nodes = nodes.transpose(0, 1)  # (K, batch, E)
         reconstruction = torch.baddbmm(bias.unsqueeze(1), nodes, weight.transpose(1, 2))
-        diff = h.transpose(0, 1) - reconstruction
-        ctx.save_for_backward(nodes, diff)  # (K, batch, in)
+        diff = h.transpose(0, 1) - reconstruction  # (K, batch, in)
+        ctx.save_for_backward(nodes, diff)
         return diff.square().mean(dim=-1).transpose(0, 1)
 
     @staticmethod

@@ -3,6 +3,16 @@ import math
 import torch
 
 
+def grouped_exps(values, groups, num_groups):
+    """grouped_exp_sums, also returning each row's exponential: (shift, exps, sums) with
+    exps = exp(values - shift[groups]), shaped like values (for a backward that reuses them)."""
+    shape = (num_groups,) + values.shape[1:]
+    index = groups.view((-1,) + (1,) * (values.ndim - 1)).expand_as(values)
+    shift = values.new_zeros(shape).scatter_reduce(0, index, values.detach(), "amax", include_self=True)
+    exps = torch.exp(values - shift[groups])
+    return shift, exps, values.new_zeros(shape).index_add(0, groups, exps)
+
+
 def grouped_exp_sums(values, groups, num_groups):
     """Sums of exp(values) over groups of rows, with a stabilising shift.
 
@@ -13,10 +23,7 @@ def grouped_exp_sums(values, groups, num_groups):
     Because the shift is >= 0 and attained when > 0, exp(-shift) + sums >= 1.
     Empty groups get shift 0 and sums 0.
     """
-    shape = (num_groups,) + values.shape[1:]
-    index = groups.view((-1,) + (1,) * (values.ndim - 1)).expand_as(values)
-    shift = values.new_zeros(shape).scatter_reduce(0, index, values.detach(), "amax", include_self=True)
-    sums = values.new_zeros(shape).index_add(0, groups, torch.exp(values - shift[groups]))
+    shift, _, sums = grouped_exps(values, groups, num_groups)
     return shift, sums
 
 
