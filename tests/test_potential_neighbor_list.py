@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pml_fieldlosses import losses
-from pml_fieldlosses.losses.potential import distances
+from pml_fieldlosses.losses.potential import distances, neighbor_list, pair_search
 from pml_fieldlosses.losses.potential.neighbor_list import NeighborList
 from pml_fieldlosses.losses.potential.pair_search import DenseSearch
 
@@ -661,17 +661,19 @@ def test_searches_multiply_in_full_precision_whatever_the_global_setting(monkeyp
     list's and the loss's searches run at "highest", and the setting is
     restored afterwards."""
     seen = []
-    augmented, candidate_pairs = distances.augmented, losses.PotentialFieldLoss.candidate_pairs
+    row_blocks, candidate_pairs = distances.row_blocks, losses.PotentialFieldLoss.candidate_pairs
 
-    def recording_augmented(points):
-        seen.append(torch.get_float32_matmul_precision())
-        return augmented(points)
+    def recording_row_blocks(*args):
+        for block in row_blocks(*args):
+            seen.append(torch.get_float32_matmul_precision())
+            yield block
 
     def recording_candidate_pairs(self, *args):
         seen.append(torch.get_float32_matmul_precision())
         return candidate_pairs(self, *args)
 
-    monkeypatch.setattr(distances, "augmented", recording_augmented)
+    for searches in (neighbor_list, pair_search):  # the list's and the dense searches' products
+        monkeypatch.setattr(searches, "row_blocks", recording_row_blocks)
     monkeypatch.setattr(losses.PotentialFieldLoss, "candidate_pairs", recording_candidate_pairs)
     loss_fn = scalable_loss("PFML", 50, 2, 16)
     x, labels = torch.randn(32, 16), torch.arange(32) % 50

@@ -76,14 +76,6 @@ def squared_distance_slack(points):
     return rounding_slack(max_norm, points.shape[1], points.dtype)
 
 
-def augmented(points):
-    """||a - b||^2 = [a, |a|^2, 1] . [-2b, 1, |b|^2]: the left and right factors, so that a
-    block of squared distances is one matrix product."""
-    sq_norms = torch.linalg.vector_norm(points, dim=1, keepdim=True).square()
-    ones = torch.ones_like(sq_norms)
-    return torch.cat([points, sq_norms, ones], dim=1), torch.cat([-2 * points, ones, sq_norms], dim=1)
-
-
 def block_rows(n, chunk_entries):
     """Rows per block of a search of n points, each row against the later ones: at most
     ``chunk_entries`` entries, and at least 8 blocks, so the blocks cover about the upper
@@ -95,7 +87,11 @@ def row_blocks(points, num_rows, chunk_entries):
     """The squared distances of the first ``num_rows`` points to the later points, by matrix
     products in blocks of rows: yields (start, sq), sq[r, c] the squared distance of points
     start + r and start + c (entries with c <= r are not pairs of a row with a later point)."""
-    left, right = augmented(points)
+    # ||a - b||^2 = ||a||^2 + ||b||^2 - 2 a.b: one product per block, the norms added to it
+    # (no augmented copies of all the points: a search may be for a few rows only)
+    sq_norms = torch.linalg.vector_norm(points, dim=1).square()
     step = block_rows(len(points), chunk_entries)
     for start in range(0, num_rows, step):
-        yield start, left[start : min(start + step, num_rows)] @ right[start:].T
+        stop = min(start + step, num_rows)
+        sq = torch.addmm(sq_norms[start:].unsqueeze(0), points[start:stop], points[start:].T, alpha=-2)
+        yield start, sq.add_(sq_norms[start:stop].unsqueeze(1))
