@@ -439,6 +439,64 @@ def test_switches_between_list_and_dense_builds_stay_exact():
     assert stats.num_dense_builds == 1 and stats.num_dense_steps == 5 and stats.num_builds == 3
 
 
+def test_a_dense_sweep_gives_up_counting_only_where_its_counts_exceed_the_number():
+    """dense_sweep's give_up: the same pairs and work; the same counts, or None only where
+    the counts up to the bin exceed the number (so a skin reaching that bin would not fit)."""
+    g = torch.Generator().manual_seed(5)
+    points = torch.nn.functional.normalize(torch.randn(300, 8, generator=g), dim=1)
+    radii = 0.6 + 0.5 * torch.arange(17, dtype=torch.float64) / 16
+    full = pair_search.dense_sweep(points, 3, 0.6, radii, 2**12)
+    cumulative = torch.cumsum(full.counts, 0)
+    gave_up = 0
+    for bin in range(16):
+        for number in [-1, 0, 100, cumulative[bin].item() - 1, cumulative[bin].item(), 10**9]:
+            sweep = pair_search.dense_sweep(points, 3, 0.6, radii, 2**12, give_up=(bin, number))
+            assert torch.equal(sweep.pairs, full.pairs) and sweep.searched == full.searched
+            if sweep.counts is None:
+                gave_up += 1
+                assert cumulative[bin] > number
+            else:
+                assert torch.equal(sweep.counts, full.counts)
+            if number in (-1, 10**9):
+                assert (sweep.counts is None) == (number == -1)
+    assert gave_up > 16
+
+
+def expanding_run(dtype):
+    """Points of 60 groups of 2 that start clustered (no list fits: dense steps) and spread
+    out step by step until a list fits and is kept; per update, whether a list is kept, the
+    search's statistics and the pairs returned."""
+    g = torch.Generator().manual_seed(31)
+    centre = torch.randn(16, dtype=dtype, generator=g)
+    noise = torch.randn(120, 16, dtype=dtype, generator=g)
+    neighbors, trace = NeighborList(), []
+    for scale in torch.linspace(0.05, 1.5, 40).tolist():
+        points = torch.nn.functional.normalize(centre + scale * noise, dim=1)
+        pairs = neighbors.update(points, 2, 0.4, 0.4)
+        trace.append((neighbors.state.kept, copy.deepcopy(neighbors.stats), pairs.tolist()))
+    return trace
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dense_steps_that_stop_counting_decide_as_the_whole_counts(monkeypatch, dtype):
+    """A dense step stops counting the pairs by distance once they prove that no list can be
+    kept: the same builds, lists, dense steps and pairs as with the whole counts, at every
+    update, from clustered points (the counts given up) to points spread enough for a list."""
+    whole_sweep, gave_up = pair_search.dense_sweep, []
+
+    def recording_sweep(*args):
+        sweep = whole_sweep(*args)
+        gave_up.append(len(args[3]) > 1 and sweep.counts is None)
+        return sweep
+
+    monkeypatch.setattr(neighbor_list, "dense_sweep", recording_sweep)
+    stopping = expanding_run(dtype)
+    monkeypatch.setattr(neighbor_list, "dense_sweep", lambda *args: whole_sweep(*args[:5]))
+    assert expanding_run(dtype) == stopping
+    kept = [k for k, *_ in stopping]
+    assert any(gave_up) and not kept[1] and kept[-1], kept
+
+
 def shell(n, dim, median, generator):
     """n unit vectors around one direction, at pairwise distances concentrated
     around ``median`` (a cap of the sphere in ``dim`` dimensions)."""

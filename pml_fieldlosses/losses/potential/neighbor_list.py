@@ -310,14 +310,24 @@ class NeighborList(PairSearch):
         # radii from the cutoff to the largest radius in skin_bins equal steps
         steps = torch.arange(self.skin_bins + 1, dtype=torch.float64)
         radii = state.cutoff + state.max_skin * steps / self.skin_bins
-        sweep = dense_sweep(points, state.group_size, state.cutoff, radii, self.chunk_entries)
+        smallest, max_pairs = self.smallest_skin(), self.max_pairs(points)
+        # counting the pairs by distance costs about what the search does: only while it may
+        # make this step build (the decision is the counts', see dense_sweep's give_up)
+        reaching = ((radii[1:] - state.cutoff) >= smallest).nonzero()
+        if self.choose_skin(state.max_skin) < smallest or not len(reaching):
+            radii = radii[:1]  # no skin of at least smallest_skin: no build, no counts
+        # more pairs than max_pairs in the bins up to the first whose skin reaches smallest_skin:
+        # no skin of at least smallest_skin fits
+        give_up = (reaching[0].item(), max_pairs) if len(radii) > 1 else None
+        sweep = dense_sweep(points, state.group_size, state.cutoff, radii, self.chunk_entries, give_up)
         self.stats.last_searched += sweep.searched
         self.stats.num_dense_steps += 1
-        fits = torch.cumsum(sweep.counts, 0) <= self.max_pairs(points)
-        largest = radii[1:][fits.cpu()].max().item() - state.cutoff if fits.any() else 0.0
-        if largest > 0 and min(largest, self.choose_skin(state.max_skin)) >= self.smallest_skin():
-            # from a skin whose pairs fit: the build need not shrink below smallest_skin
-            return self._build(points, state.group_size, state.cutoff, state.max_skin, largest)
+        if sweep.counts is not None:
+            fits = torch.cumsum(sweep.counts, 0) <= max_pairs
+            largest = radii[1:][fits.cpu()].max().item() - state.cutoff if fits.any() else 0.0
+            if largest > 0 and min(largest, self.choose_skin(state.max_skin)) >= smallest:
+                # from a skin whose pairs fit: the build need not shrink below smallest_skin
+                return self._build(points, state.group_size, state.cutoff, state.max_skin, largest)
         return self.within_cutoff(points, sweep.pairs, state.cutoff)
 
     def _search(self, rows, others, build):

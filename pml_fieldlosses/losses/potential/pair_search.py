@@ -4,7 +4,9 @@ searches all pairs) and NeighborList (neighbor_list.py: a Verlet list that is ex
 fraction of that cost). See docs/derivations.md, "The pair search and the neighbour list's
 certificates"."""
 
+import math
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -87,32 +89,43 @@ class Sweep:
 
     pairs: torch.Tensor  # (2, K) the pairs within the cutoff by the products (a superset: with the margin)
     searched: int  # entries computed
-    counts: torch.Tensor  # float64, the pairs counted by distance between consecutive radii
+    # float64, the pairs counted by distance between consecutive radii; None if the count was given up
+    counts: Optional[torch.Tensor]
 
 
-def dense_sweep(points, group_size, cutoff, radii, chunk_entries):
+def dense_sweep(points, group_size, cutoff, radii, chunk_entries, give_up=None):
     """One blocked search of all pairs (i < j) of points of different groups at ``cutoff``, with
-    the rounding margin. From the same products, counts all pairs (i < j) by distance between
-    consecutive ``radii`` (float64, increasing from radii[0] = cutoff; len(radii) - 1 bins:
-    pairs within the cutoff count in the first bin, pairs within a group count too, so the
-    counts are upper bounds); one radius: no counts."""
+    the rounding margin. From the same products, counts all pairs (i < j) by squared distance
+    in ``len(radii) - 1`` equal bins between the squares of the first and last of ``radii``
+    (float64, increasing from radii[0] = cutoff; each with the margin): pairs within the cutoff
+    count in the first bin, pairs within a group count too, so the counts are upper bounds. One
+    radius: no counts. ``give_up``: (bin, number): the counts stop, and are None, as soon as
+    more than that number of pairs are found in the bins up to that one (below the middle of
+    that bin: a lower bound of their counts, whatever the rounding of the binning)."""
     n = len(points)
     groups = torch.arange(n, device=points.device) // group_size
     slack = squared_distance_slack(points)
     close_threshold = cutoff**2 + slack
     edges = (radii**2 + slack).tolist()
     bins = len(edges) - 1
-    counts = torch.zeros(bins, dtype=torch.float64, device=points.device)
+    counts = torch.zeros(bins, dtype=torch.float64, device=points.device) if bins else None
+    if give_up is not None:
+        give_up_below = edges[0] + (give_up[0] + 0.5) * (edges[-1] - edges[0]) / bins
+    below = 0
     close, searched = [], 0
     for start, sq in row_blocks(points, n, chunk_entries):
         searched += sq.numel()
-        # the upper triangle: row start + r against column start + c with c > r
-        upper = torch.ones_like(sq, dtype=torch.bool).triu(diagonal=1)
-        row, col = ((sq < close_threshold) & upper).nonzero().unbind(1)
+        # only the upper triangle: row start + r against column start + c with c > r
+        rows = len(sq)
+        sq[:, :rows].masked_fill_(torch.ones(rows, rows, dtype=torch.bool, device=sq.device).tril(), math.inf)
+        row, col = (sq < close_threshold).nonzero().unbind(1)
         keep = groups[row + start] != groups[col + start]
         close.append(torch.stack([row[keep], col[keep]]) + start)
-        if bins:
+        if counts is not None and give_up is not None:
+            below += int((sq < give_up_below).sum())
+            if below > give_up[1]:
+                counts = None
+        if counts is not None:
             # the pairs within the cutoff count in the first bin
-            sq = sq.masked_fill(~upper, float("inf")).clamp(min=edges[0])
-            counts += torch.histc(sq, bins, edges[0], edges[-1])
+            counts += torch.histc(sq.clamp_(min=edges[0]), bins, edges[0], edges[-1])
     return Sweep(torch.cat(close, dim=1), searched, counts)
