@@ -153,7 +153,9 @@ class NeighborList(PairSearch):
 
     def update(self, points, group_size, cutoff, skin):
         try:
-            with torch.no_grad(), full_precision_matmul():
+            # ordinary tensors in the state, also when called under torch.inference_mode(): the
+            # state is edited in place by later calls, in or out of inference mode
+            with torch.inference_mode(False), torch.no_grad(), full_precision_matmul():
                 return self._update(points.detach(), group_size, cutoff, skin)
         except BaseException:
             self.reset()  # a half-made state could miss pairs: the next call builds
@@ -188,8 +190,7 @@ class NeighborList(PairSearch):
         motion = self.motion
         step = torch.linalg.vector_norm(points - motion.previous, dim=1)
         motion.speed = step.kthvalue(max(1, (9 * len(step) + 9) // 10)).values.item()
-        # not in place: the state may have been made under torch.inference_mode()
-        motion.odometer = motion.odometer + step.double() * (1 + tolerance(points))
+        motion.odometer += step.double() * (1 + tolerance(points))
 
     def _build(self, points, group_size, cutoff, max_skin, fitting_skin=math.inf):
         """A search of all pairs, from the current positions; its radius starts at cutoff + the
@@ -277,7 +278,7 @@ class NeighborList(PairSearch):
             return state.pairs.new_empty(2, 0)
         sq = pair_sq_distances_in_blocks(points, state.pairs[:, candidates], self.gather_entries)
         renewed = sq.double().sqrt() * (1 - margin) + odometers[candidates]
-        state.bound = state.bound.index_put((candidates,), renewed)  # not in place (inference mode)
+        state.bound[candidates] = renewed
         return state.pairs[:, candidates[sq < state.cutoff**2 + squared_distance_slack(points)]]
 
     def _reanchor(self, points, moved):
@@ -288,8 +289,8 @@ class NeighborList(PairSearch):
         state = self.state
         state.skin = min(self.choose_skin(state.max_skin), state.largest_skin)
         anchored = moved.nonzero().squeeze(1)
-        state.reference = torch.where(moved.unsqueeze(1), points, state.reference)
-        state.clearance = state.clearance.masked_fill(moved, math.inf)
+        state.reference[anchored] = points[anchored]
+        state.clearance[anchored] = math.inf
         unmoved = ~(moved[state.pairs[0]] | moved[state.pairs[1]])
         found = self._search(anchored, (~moved).nonzero().squeeze(1), build=False)
         state.pairs = torch.cat([state.pairs[:, unmoved], found.pairs], dim=1)
