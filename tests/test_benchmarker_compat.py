@@ -3,7 +3,10 @@ after, and (where the old behaviour can still be produced) the unshimmed PML 2 /
 record-keeper / pb code fails in the way the shim exists for."""
 
 import datetime
+import signal
 import sqlite3
+import subprocess
+import sys
 from contextlib import closing
 
 import pytest
@@ -22,7 +25,7 @@ if not MISSING:
     from pytorch_metric_learning.utils import logging_presets
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
-    from pml_fieldlosses.app.benchmarker import compat, launcher, records, registration
+    from pml_fieldlosses.app.benchmarker import compat, files, launcher, records, registration
     from pml_fieldlosses.app.errors import FileFault
 
 MAP_R = "mean_average_precision_at_r"
@@ -147,6 +150,33 @@ def test_record_database_that_cannot_be_read_is_named(tmp_path):
         logging_presets.get_record_keeper(csv_folder=str(tmp_path))[0].record_writer.table_exists("x")
     with pytest.raises(FileFault, match=r"record database .*logs\.db cannot be read"):
         legacy_keeper(tmp_path)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="kills a process with SIGKILL")
+def test_a_transaction_left_open_by_a_killed_process_is_rolled_back_not_named(tmp_path):
+    """A run killed while it writes its records leaves a hot journal beside the database:
+    the check rolls it back (as the next writer would) and the committed rows are all there;
+    it is not a damaged database."""
+    db = tmp_path / "logs.db"
+    with closing(sqlite3.connect(db)) as connection:
+        connection.execute("CREATE TABLE records (value)")
+        connection.executemany("INSERT INTO records VALUES (?)", [(i,) for i in range(1000)])
+        connection.commit()
+    killed_while_writing = (
+        "import os, signal, sqlite3\n"
+        f"connection = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
+        "connection.execute('PRAGMA cache_size = 1')\n"  # pages spill to the file: a journal first
+        "connection.execute('BEGIN')\n"
+        "connection.executemany('INSERT INTO records VALUES (?)', [(i,) for i in range(20000)])\n"
+        "connection.execute('UPDATE records SET value = value + 1')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", killed_while_writing]).returncode == -signal.SIGKILL
+    assert (tmp_path / "logs.db-journal").exists()  # the hot journal
+    files.check_database(db)
+    assert not (tmp_path / "logs.db-journal").exists()
+    with closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)) as connection:
+        assert connection.execute("SELECT COUNT(*), SUM(value) FROM records").fetchone() == (1000, 499500)
 
 
 class Trainer:

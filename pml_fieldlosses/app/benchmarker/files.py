@@ -66,11 +66,15 @@ def write_text(path, text):
 
 def check_database(path):
     """A record database (SQLite) that exists is readable; a FileFault naming it otherwise
-    (one that another process holds locked is taken as readable)."""
+    (one that another process holds locked is taken as readable). It is opened for writing
+    where the file allows it (never created): a transaction that a killed process left open
+    (a hot journal beside the file) is then rolled back, as SQLite does on any access that
+    may write, where a read-only connection would fail ("attempt to write a readonly
+    database") on a database that is whole."""
     if not os.path.exists(path):
         return
     try:
-        connection = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=60)
+        connection = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=rw", uri=True, timeout=60)
         try:
             status = connection.execute("PRAGMA quick_check").fetchone()[0]
         finally:
