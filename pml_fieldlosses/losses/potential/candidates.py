@@ -8,7 +8,7 @@ Points are numbered as in energy.py: the B embeddings, then the N M proxies, cla
 
 import torch
 
-from .distances import rounding_slack, squared_distance_slack
+from .distances import rounding_slack, sq_distance_block, squared_distance_slack
 
 
 def embedding_candidates(embeddings, proxies, point_labels, delta, repulsion_delta, chunk_entries):
@@ -31,8 +31,7 @@ def embedding_candidates(embeddings, proxies, point_labels, delta, repulsion_del
     pairs = []
     for start in range(0, B, step):
         stop = min(start + step, B)
-        sq = torch.addmm(sq_norms.unsqueeze(0), embeddings[start:stop], points.T, alpha=-2)
-        sq += sq_norms[start:stop].unsqueeze(1)
+        sq = sq_distance_block(embeddings[start:stop], sq_norms[start:stop], points, sq_norms)
         same = point_labels[start:stop].unsqueeze(1) == point_labels.unsqueeze(0)
         close = torch.where(same, sq > att_threshold, sq < rep_threshold)
         # i < j: the upper triangle among the embeddings (every proxy comes after every embedding)

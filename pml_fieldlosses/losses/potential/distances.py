@@ -87,11 +87,17 @@ def row_blocks(points, num_rows, chunk_entries):
     """The squared distances of the first ``num_rows`` points to the later points, by matrix
     products in blocks of rows: yields (start, sq), sq[r, c] the squared distance of points
     start + r and start + c (entries with c <= r are not pairs of a row with a later point)."""
-    # ||a - b||^2 = ||a||^2 + ||b||^2 - 2 a.b: one product per block, the norms added to it
-    # (no augmented copies of all the points: a search may be for a few rows only)
     sq_norms = torch.linalg.vector_norm(points, dim=1).square()
     step = block_rows(len(points), chunk_entries)
     for start in range(0, num_rows, step):
         stop = min(start + step, num_rows)
-        sq = torch.addmm(sq_norms[start:].unsqueeze(0), points[start:stop], points[start:].T, alpha=-2)
-        yield start, sq.add_(sq_norms[start:stop].unsqueeze(1))
+        rows, row_sq_norms = points[start:stop], sq_norms[start:stop]
+        yield start, sq_distance_block(rows, row_sq_norms, points[start:], sq_norms[start:])
+
+
+def sq_distance_block(rows, row_sq_norms, columns, column_sq_norms):
+    """||a - b||^2 = ||a||^2 + ||b||^2 - 2 a.b of each of ``rows`` against each of ``columns``,
+    given their squared norms: one matrix product with the norms added to it (the expression
+    whose rounding rounding_slack bounds; no augmented copies of the points)."""
+    sq = torch.addmm(column_sq_norms.unsqueeze(0), rows, columns.T, alpha=-2)
+    return sq.add_(row_sq_norms.unsqueeze(1))

@@ -311,11 +311,12 @@ class NeighborList(PairSearch):
         # radii from the cutoff to the largest radius in skin_bins equal steps
         steps = torch.arange(self.skin_bins + 1, dtype=torch.float64)
         radii = state.cutoff + state.max_skin * steps / self.skin_bins
-        smallest, max_pairs = self.smallest_skin(), self.max_pairs(points)
+        chosen, smallest = self.choose_skin(state.max_skin), self.smallest_skin()
+        max_pairs = self.max_pairs(points)
         # counting the pairs by distance costs about what the search does: only while it may
         # make this step build (the decision is the counts', see dense_sweep's give_up)
         reaching = ((radii[1:] - state.cutoff) >= smallest).nonzero()
-        if self.choose_skin(state.max_skin) < smallest or not len(reaching):
+        if chosen < smallest or not len(reaching):
             radii = radii[:1]  # no skin of at least smallest_skin: no build, no counts
         # more pairs than max_pairs in the bins up to the first whose skin reaches smallest_skin:
         # no skin of at least smallest_skin fits
@@ -326,7 +327,7 @@ class NeighborList(PairSearch):
         if sweep.counts is not None:
             fits = torch.cumsum(sweep.counts, 0) <= max_pairs
             largest = radii[1:][fits.cpu()].max().item() - state.cutoff if fits.any() else 0.0
-            if largest > 0 and min(largest, self.choose_skin(state.max_skin)) >= smallest:
+            if largest > 0 and min(largest, chosen) >= smallest:
                 # from a skin whose pairs fit: the build need not shrink below smallest_skin
                 return self._build(points, state.group_size, state.cutoff, state.max_skin, largest)
         return self.within_cutoff(points, sweep.pairs, state.cutoff)
