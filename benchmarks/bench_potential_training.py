@@ -302,7 +302,7 @@ def save_state(path, settings, step, data, runs, reference):
 
 
 def read_state(path, settings, device):
-    """The saved state at ``path``, checked against this run's ``settings``."""
+    """The saved state at ``path``, checked against this run's ``settings`` (None: any run's)."""
     try:
         state = torch.load(path, map_location=device, weights_only=True)
     except OSError as error:
@@ -318,6 +318,8 @@ def read_state(path, settings, device):
         runs = state["runs"]
         if not all(isinstance(run, dict) for run in [*runs.values(), state["reference"]]):
             raise TypeError("runs")
+        if settings is None:
+            settings = {key: saved[key] for key in [*TRAJECTORY_SETTINGS, "num_classes"]}
     except (KeyError, TypeError, ValueError) as error:
         raise StateFileError(f"--load-state {path}: incomplete state ({error!r} missing)") from None
     different = [

@@ -83,3 +83,53 @@ def test_epoch_overhead_benchmark_prints_old_and_new_per_part():
     for part in ("read batches", "records", "epoch (read + records + steps)"):
         (line,) = [line for line in out.splitlines() if line.startswith(part)]
         assert re.search(r"old\s+[0-9.]+ ms\s+new\s+[0-9.]+ ms\s+x[0-9.]+", line), line
+
+
+TINY_TRAJECTORY = (
+    "--num-classes 300 --steps 30 --batch-size 32 --embedding-size 16 --input-size 16 --window 3 --threads 1"
+)
+
+
+def refusal(script, args):
+    command = [sys.executable, str(BENCHMARKS / script), *args]
+    return subprocess.run(command, check=False, capture_output=True, text=True, timeout=300)
+
+
+def test_potential_training_state_resumes_and_feeds_the_list_limit_benchmark(tmp_path):
+    state = tmp_path / "state.pt"
+    out = run_script("bench_potential_training.py", f"{TINY_TRAJECTORY} --save-state {state} --stop-at 20")
+    assert "stopped after step 20" in out and state.exists(), out
+    out = run_script("bench_potential_training.py", f"{TINY_TRAJECTORY} --load-state {state}")
+    assert "resumed from" in out and re.search(r"N=300\s+CPML\s+start.*\| end", out), out
+    # a state of another configuration is refused, naming the setting that differs
+    other = [*TINY_TRAJECTORY.split(), "--delta", "0.3", "--load-state", str(state)]
+    result = refusal("bench_potential_training.py", other)
+    assert result.returncode == 2 and "--delta 0.4 (this run: 0.3)" in result.stderr, result.stderr
+
+    args = f"{state} --loss PFML --limits 1 4 --steps 6 --skip 2 --threads 1 --projection-ranks 2 16"
+    out = run_script("bench_list_limit.py", args)
+    for factor in ("x1", "x4"):
+        (row,) = [line.split() for line in out.splitlines() if line.startswith(factor + " ")]
+        assert float(row[2]) > 0 and float(row[3]) > 0, row  # ms and the ratio to ProxyAnchor
+    assert "the same proxies after 6 steps for every limit: yes" in out, out
+    (header,) = [line for line in out.splitlines() if line.startswith("projection bound")]
+    counts = re.search(r"(\d+) pairs of different classes, (\d+) within", header).groups()
+    pairs, within = (int(count) for count in counts)
+    rows = [line.split() for line in out.splitlines() if re.match(r"\d+\s+[0-9.]+\s+[0-9.]+%$", line)]
+    shares = {int(row[0]): float(row[-1].rstrip("%")) for row in rows}
+    assert sorted(shares) == [2, 16] and 0 <= shares[2] <= 100, out
+    # at full rank (D = 16) the bound is the distance itself: it leaves the pairs within the cutoff
+    assert shares[16] == round(100 * within / pairs, 1), out
+
+
+def test_list_limit_benchmark_refuses_what_it_cannot_read(tmp_path):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a state")
+    cases = [
+        ([str(bad)], "not a saved trajectory state"),
+        ([str(bad), "--device", "nonsense"], "--device"),
+        ([str(tmp_path / "missing.pt")], "cannot read it"),
+    ]
+    for args, expected in cases:
+        result = refusal("bench_list_limit.py", args)
+        assert result.returncode == 2 and expected in result.stderr.splitlines()[-1], (args, result.stderr)
