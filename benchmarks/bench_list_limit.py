@@ -182,7 +182,7 @@ def main():
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     try:
-        state = read_state(args.state, None, torch.device(args.device))
+        state = read_state(args.state, None, torch.device(args.device), argument="state")
     except StateFileError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     if args.loss not in state["runs"]:

@@ -301,18 +301,19 @@ def save_state(path, settings, step, data, runs, reference):
         torch.save(state, f)
 
 
-def read_state(path, settings, device):
-    """The saved state at ``path``, checked against this run's ``settings`` (None: any run's)."""
+def read_state(path, settings, device, argument="--load-state"):
+    """The saved state at ``path``, checked against this run's ``settings`` (None: any run's);
+    errors name the command-line ``argument`` that gave the path."""
     try:
         state = torch.load(path, map_location=device, weights_only=True)
     except OSError as error:
-        raise StateFileError(f"--load-state {path}: cannot read it ({error.strerror or error})") from None
+        raise StateFileError(f"{argument} {path}: cannot read it ({error.strerror or error})") from None
     except Exception as error:  # noqa: BLE001 (a damaged or foreign file: torch raises many kinds)
         raise StateFileError(
-            f"--load-state {path}: not a saved trajectory state ({str(error).splitlines()[0]})"
+            f"{argument} {path}: not a saved trajectory state ({str(error).splitlines()[0]})"
         ) from None
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-        raise StateFileError(f"--load-state {path}: not a saved trajectory state of this script")
+        raise StateFileError(f"{argument} {path}: not a saved trajectory state of this script")
     try:
         saved, step = state["settings"], int(state["step"])
         runs = state["runs"]
@@ -321,16 +322,16 @@ def read_state(path, settings, device):
         if settings is None:
             settings = {key: saved[key] for key in [*TRAJECTORY_SETTINGS, "num_classes"]}
     except (KeyError, TypeError, ValueError) as error:
-        raise StateFileError(f"--load-state {path}: incomplete state ({error!r} missing)") from None
+        raise StateFileError(f"{argument} {path}: incomplete state ({error!r} missing)") from None
     different = [
         f"--{key.replace('_', '-')} {saved.get(key)!r} (this run: {value!r})"
         for key, value in settings.items()
         if saved.get(key) != value
     ]
     if different:
-        raise StateFileError(f"--load-state {path} was saved with other settings: " + ", ".join(different))
+        raise StateFileError(f"{argument} {path} was saved with other settings: " + ", ".join(different))
     if not 0 < step <= settings["steps"] or sorted(runs) != sorted(settings["losses"]):
-        raise StateFileError(f"--load-state {path}: its step {step} or losses do not fit this run")
+        raise StateFileError(f"{argument} {path}: its step {step} or losses do not fit this run")
     return state
 
 
