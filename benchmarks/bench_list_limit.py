@@ -52,12 +52,17 @@ def trajectory(state, args):
     return argparse.Namespace(**settings, device=args.device, autocast=args.autocast)
 
 
+def fresh_loss(settings, args):
+    """A fresh loss of the saved run's kind ``args.loss``, shaped as bench_potential_training makes it."""
+    return LOSSES[args.loss](
+        settings.num_classes, settings.embedding_size, proxies_per_class=2, delta=settings.delta
+    )
+
+
 def loss_run(state, settings, args, factor):
     """The saved loss ``args.loss`` with its list forgotten (the next step rebuilds it) and a size
     limit ``factor`` times the default."""
-    loss_fn = LOSSES[args.loss](
-        settings.num_classes, settings.embedding_size, proxies_per_class=2, delta=settings.delta
-    )
+    loss_fn = fresh_loss(settings, args)
     trunk = torch.nn.Linear(settings.input_size, settings.embedding_size)
     run = Run(loss_fn.to(args.device), trunk.to(args.device), settings)
     # a copy: the optimisers' state tensors would otherwise be shared between the runs
@@ -124,9 +129,7 @@ def pair_blocks(groups, block_rows=1024):
 def projection_survivors(state, settings, args):
     """The share of the pairs of different classes whose projection lower bound is below the
     cutoff, for each rank of ``--projection-ranks`` (in float64, in blocks of rows)."""
-    loss_fn = LOSSES[args.loss](
-        settings.num_classes, settings.embedding_size, proxies_per_class=2, delta=settings.delta
-    )
+    loss_fn = fresh_loss(settings, args)
     loss_fn.load_state_dict(state["runs"][args.loss]["loss"])
     points = normalised_proxies(loss_fn).double().cpu()
     groups = torch.arange(len(points)) // loss_fn.proxies_per_class
