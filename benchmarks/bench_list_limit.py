@@ -3,6 +3,7 @@
     python benchmarks/bench_potential_training.py --num-classes 2000 --save-state n2000.pt --stop-at 2970
     python benchmarks/bench_list_limit.py n2000.pt --loss CPML            # limits x1, x2, x4, x8
     python benchmarks/bench_list_limit.py n400.pt --limits --projection-ranks 16 64 128
+    python benchmarks/bench_list_limit.py n2000.pt --limits --shell
 
 A state written by bench_potential_training.py (``--save-state``) holds the proxies, the
 optimisers, the neighbour lists and the data generator of a trajectory. From it, for each
@@ -22,6 +23,12 @@ distance and the difference of the residual norms, both at most the distance) ca
 beyond the cutoff: the pairs a projection filter would still have to evaluate, at about
 ``pair_cost`` matrix-product entries each (docs/performance.md, "The potential losses along
 training").
+
+``--shell``: how the distances of the proxy pairs of different classes lie around the cutoff
+(the pairs within it, quantiles, the shares within the cutoff plus 0.02 to 0.2) and the
+multiply-adds a step needs besides finding its pairs (the embeddings' distances to every
+proxy, and the pairs within the cutoff, forward and backward) against ProxyAnchor's: what
+the pair search costs on top is the list's measured work above.
 """
 
 import argparse
@@ -126,14 +133,56 @@ def pair_blocks(groups, block_rows=1024):
         yield rows, different & (index[rows].unsqueeze(1) < index.unsqueeze(0))
 
 
-def projection_survivors(state, settings, args):
-    """The share of the pairs of different classes whose projection lower bound is below the
-    cutoff, for each rank of ``--projection-ranks`` (in float64, in blocks of rows)."""
+def saved_points(state, settings, args):
+    """The saved loss's normalised proxies (float64, on the CPU), their classes and the cutoff
+    of the repulsion between classes."""
     loss_fn = fresh_loss(settings, args)
     loss_fn.load_state_dict(state["runs"][args.loss]["loss"])
     points = normalised_proxies(loss_fn).double().cpu()
     groups = torch.arange(len(points)) // loss_fn.proxies_per_class
-    cutoff = settings.delta  # repulsion_delta defaults to delta
+    return points, groups, settings.delta  # repulsion_delta defaults to delta
+
+
+def distance_shell(state, settings, args, bins=2000):
+    """How the distances of the pairs of different classes lie around the cutoff, and the
+    multiply-adds a step needs besides finding its pairs, against ProxyAnchor's."""
+    points, groups, cutoff = saved_points(state, settings, args)
+    margins = (0.02, 0.05, 0.1, 0.2)
+    histogram = torch.zeros(bins, dtype=torch.float64)  # [0, 2]: unit vectors
+    pairs = within = 0
+    near = [0] * len(margins)
+    for rows, mask in pair_blocks(groups):
+        distances = torch.cdist(points[rows], points)[mask]
+        pairs += distances.numel()
+        within += int((distances < cutoff).sum())
+        near = [count + int((distances < cutoff + m).sum()) for count, m in zip(near, margins)]
+        histogram += torch.histc(distances, bins=bins, min=0.0, max=2.0)
+    cumulative = histogram.cumsum(0) / pairs
+    levels = (1e-4, 1e-3, 1e-2, 0.1, 0.5)
+    quantiles = [2.0 * (int(torch.searchsorted(cumulative, q)) + 1) / bins for q in levels]
+    print(
+        f"pair distances, {len(points)} proxies: {pairs} pairs of different classes, "
+        f"{within} within the cutoff {cutoff}"
+    )
+    cells = [f"{100 * q:g}% {x:.3f}" for q, x in zip(levels, quantiles)]
+    print("their quantiles (to 0.001): " + ", ".join(cells))
+    print("within the cutoff + " + " / ".join(f"{m:g}" for m in margins) + ": "
+          + " / ".join(f"{100 * count / pairs:.2f}%" for count in near))  # fmt: skip
+    B, D, C = settings.batch_size, settings.embedding_size, settings.num_classes
+    # the embeddings' distances to every proxy; the pairs within the cutoff, forward and backward
+    needed = B * len(points) * D + 3 * D * within
+    proxy_anchor = 3 * B * C * D  # its cosines, forward and backward
+    print(
+        f"multiply-adds per step besides the pair search: {B}·{len(points)}·{D} embedding-proxy distances "
+        f"+ 3·{D} per pair within the cutoff = {needed / 1e6:.0f} M, {needed / proxy_anchor:.2f}x "
+        f"ProxyAnchor's 3·{B}·{C}·{D} = {proxy_anchor / 1e6:.0f} M"
+    )
+
+
+def projection_survivors(state, settings, args):
+    """The share of the pairs of different classes whose projection lower bound is below the
+    cutoff, for each rank of ``--projection-ranks`` (in float64, in blocks of rows)."""
+    points, groups, cutoff = saved_points(state, settings, args)
     _, singular_values, basis = torch.linalg.svd(points - points.mean(dim=0), full_matrices=False)
     explained = singular_values.square().cumsum(0) / singular_values.square().sum()
     pairs = within = 0
@@ -172,6 +221,7 @@ def main():
     parser.add_argument("--steps", type=int, default=40, help="steps trained from the state")
     parser.add_argument("--skip", type=int, default=5, help="first steps not counted (the rebuild)")
     parser.add_argument("--projection-ranks", type=int, nargs="*", default=[], metavar="K")
+    parser.add_argument("--shell", action="store_true", help="the pairs' distances around the cutoff")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     add_device_options(parser)
     args = parser.parse_args()
@@ -199,6 +249,8 @@ def main():
     if args.limits:
         print(f"{args.steps} steps from the state, the first {args.skip} not counted", flush=True)
         time_limits(state, settings, args)
+    if args.shell:
+        distance_shell(state, settings, args)
     if args.projection_ranks:
         projection_survivors(state, settings, args)
 

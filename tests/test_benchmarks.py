@@ -106,7 +106,7 @@ def test_potential_training_state_resumes_and_feeds_the_list_limit_benchmark(tmp
     result = refusal("bench_potential_training.py", other)
     assert result.returncode == 2 and "--delta 0.4 (this run: 0.3)" in result.stderr, result.stderr
 
-    args = f"{state} --loss PFML --limits 1 4 --steps 6 --skip 2 --threads 1 --projection-ranks 2 16"
+    args = f"{state} --loss PFML --limits 1 4 --steps 6 --skip 2 --threads 1 --projection-ranks 2 16 --shell"
     out = run_script("bench_list_limit.py", args)
     for factor in ("x1", "x4"):
         (row,) = [line.split() for line in out.splitlines() if line.startswith(factor + " ")]
@@ -120,6 +120,18 @@ def test_potential_training_state_resumes_and_feeds_the_list_limit_benchmark(tmp
     assert sorted(shares) == [2, 16] and 0 <= shares[2] <= 100, out
     # at full rank (D = 16) the bound is the distance itself: it leaves the pairs within the cutoff
     assert shares[16] == round(100 * within / pairs, 1), out
+    # --shell counts the same pairs, its quantiles rise, its shares within wider margins too
+    (shell,) = [line for line in out.splitlines() if line.startswith("pair distances")]
+    assert f"{pairs} pairs of different classes, {within} within the cutoff 0.4" in shell, shell
+    (line,) = [line for line in out.splitlines() if line.startswith("their quantiles")]
+    quantiles = [float(value) for value in re.findall(r"% ([0-9.]+)", line)]
+    assert len(quantiles) == 5 and quantiles == sorted(quantiles) and 0 < quantiles[-1] <= 2, line
+    (line,) = [line for line in out.splitlines() if line.startswith("within the cutoff + ")]
+    near = [float(value) for value in re.findall(r"([0-9.]+)%", line)]
+    assert len(near) == 4 and near == sorted(near) and near[0] >= 100 * within / pairs - 0.01, line
+    (line,) = [line for line in out.splitlines() if line.startswith("multiply-adds per step")]
+    needed = 32 * 600 * 16 + 3 * 16 * within  # B·P·D embedding-proxy distances + the pairs within the cutoff
+    assert f"= {needed / 1e6:.0f} M, {needed / (3 * 32 * 300 * 16):.2f}x ProxyAnchor" in line, line
 
 
 def test_list_limit_benchmark_refuses_what_it_cannot_read(tmp_path):
