@@ -133,6 +133,12 @@ def pair_blocks(groups, block_rows=1024):
         yield rows, different & (index[rows].unsqueeze(1) < index.unsqueeze(0))
 
 
+def pair_distances(points, groups):
+    """The distances of the pairs (i < j) of points of different groups, block by block."""
+    for rows, mask in pair_blocks(groups):
+        yield torch.cdist(points[rows], points)[mask]
+
+
 def saved_points(state, settings, args):
     """The saved loss's normalised proxies (float64, on the CPU), their classes and the cutoff
     of the repulsion between classes."""
@@ -151,8 +157,7 @@ def distance_shell(state, settings, args, bins=2000):
     histogram = torch.zeros(bins, dtype=torch.float64)  # [0, 2]: unit vectors
     pairs = within = 0
     near = [0] * len(margins)
-    for rows, mask in pair_blocks(groups):
-        distances = torch.cdist(points[rows], points)[mask]
+    for distances in pair_distances(points, groups):
         pairs += distances.numel()
         within += int((distances < cutoff).sum())
         near = [count + int((distances < cutoff + m).sum()) for count, m in zip(near, margins)]
@@ -186,9 +191,9 @@ def projection_survivors(state, settings, args):
     _, singular_values, basis = torch.linalg.svd(points - points.mean(dim=0), full_matrices=False)
     explained = singular_values.square().cumsum(0) / singular_values.square().sum()
     pairs = within = 0
-    for rows, mask in pair_blocks(groups):
-        pairs += int(mask.sum())
-        within += int((mask & (torch.cdist(points[rows], points) < cutoff)).sum())
+    for distances in pair_distances(points, groups):
+        pairs += distances.numel()
+        within += int((distances < cutoff).sum())
     print(
         f"projection bound, {len(points)} proxies: {pairs} pairs of different classes, "
         f"{within} within the cutoff {cutoff}"
