@@ -16,6 +16,7 @@ from pml_fieldlosses import losses
 
 from .helpers import (
     EMBEDDING_SIZE,
+    LOSS_DTYPE,
     NUM_CLASSES,
     assert_close,
     generator_for,
@@ -153,7 +154,8 @@ def check_against_naive(loss_fn, naive, x, labels, proxies, dtype, normalize_pro
     with torch.no_grad():
         loss_fn.proxies.copy_(proxies)
     loss = loss_fn(x, torch.tensor(labels))
-    assert loss.dtype == dtype and loss_fn.proxies.dtype == dtype
+    # half inputs are computed in float32, and the proxies stay float32 (LOSS_DTYPE)
+    assert loss.dtype == LOSS_DTYPE.get(dtype, dtype) and loss_fn.proxies.dtype == loss.dtype
     grad_x, grad_p = gradients(loss, [x, loss_fn.proxies])
 
     x64 = x.detach().double().requires_grad_()
