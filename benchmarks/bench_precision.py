@@ -10,10 +10,15 @@ outside it, with the float32 ones: relative deviations |mixed - float32| / |floa
 95th percentile and largest over the batches (the largest comes from batches
 whose float32 gradient is nearly 0, where rounding noise dominates), and the
 number of batches with a non-finite value.
+
+float16 runs as torch's AMP recipe trains in it, with a GradScaler: a step whose
+gradients overflow float16 (PFML's d^-alpha repulsion between small, nearly
+coincident embeddings reaches 1e8) is skipped and the scale lowered, and the
+batch is redone until a step is taken; ``skipped`` counts those steps over all
+batches, and the deviations are those of the step taken.
 """
 
 import argparse
-import contextlib
 import statistics
 
 import torch
@@ -56,22 +61,37 @@ def deviations(name, generator, args):
         embedder = torch.nn.Linear(32, D).to(device)
         loss_func = LOSSES[name](C, D).to(device)
     parameters = list(embedder.parameters()) + list(loss_func.parameters())
-    results = []
-    for mixed in [False, True]:
-        for p in parameters:
-            p.grad = None
-        with autocast(args) if mixed else contextlib.nullcontext():
-            loss = loss_func(embedder(data), labels)
-        loss.backward()
-        results.append(
-            (loss.detach(), [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in parameters])
-        )
-    (reference, reference_grads), (mixed, mixed_grads) = results
-    finite = bool(torch.isfinite(mixed)) and all(torch.isfinite(g).all() for g in mixed_grads)
+    for p in parameters:
+        p.grad = None
+    reference = loss_func(embedder(data), labels)
+    reference.backward()
+    reference_grads = [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in parameters]
+    # float16 trains with a GradScaler (torch's AMP recipe): a step whose gradients overflow
+    # float16 is skipped and the scale lowered; the batch is redone until a step is taken.
+    # PML's ProxyAnchorLoss casts its proxies to the autocast dtype, and a GradScaler refuses
+    # float16 parameters: that reference row runs without one.
+    scaler = torch.amp.GradScaler(torch.device(device).type, enabled=args.autocast == "float16")
+    optimizer = torch.optim.SGD(parameters, lr=0.0)
+    for skipped in range(64):
+        optimizer.zero_grad(set_to_none=True)
+        with autocast(args):
+            mixed = loss_func(embedder(data), labels)
+        if any(p.dtype != torch.float32 for p in parameters):
+            scaler = torch.amp.GradScaler(enabled=False)
+        scaler.scale(mixed).backward()
+        if scaler.is_enabled():
+            scaler.unscale_(optimizer)
+        mixed_grads = [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in parameters]
+        finite = bool(torch.isfinite(mixed)) and all(torch.isfinite(g).all() for g in mixed_grads)
+        if finite or not scaler.is_enabled():
+            break
+        scaler.step(optimizer)  # skipped: the scaler found the overflow
+        scaler.update()
     return (
-        relative(mixed, reference),
+        relative(mixed.detach(), reference.detach()),
         max(relative(g, r) for g, r in zip(mixed_grads, reference_grads)),
         finite,
+        skipped,
     )
 
 
@@ -89,6 +109,7 @@ def main():
     print(f"{'':<34} {'loss deviation':^29} {'gradient deviation':^29}")
     print(
         f"{'loss':<34} {'median':>9} {'p95':>9} {'max':>9} {'median':>9} {'p95':>9} {'max':>9} {'non-finite':>10}"
+        + (f" {'skipped':>8}" if args.autocast == "float16" else "")
     )
     for name in list(LOSSES) + ["DRML head + ProxyAnchor"]:
         generator = torch.Generator().manual_seed(0)
@@ -101,7 +122,10 @@ def main():
                 max(deviation),
             ]
         print(
-            f"{name:<34} " + " ".join(f"{c:>9.2e}" for c in columns) + f" {sum(not r[2] for r in rows):>10d}"
+            f"{name:<34} "
+            + " ".join(f"{c:>9.2e}" for c in columns)
+            + f" {sum(not r[2] for r in rows):>10d}"
+            + (f" {sum(r[3] for r in rows):>8d}" if args.autocast == "float16" else "")
         )
 
 

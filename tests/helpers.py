@@ -126,3 +126,18 @@ CWMS_CASES = {
 
 def gradients(loss, inputs):
     return torch.autograd.grad(loss, inputs, allow_unused=True)
+
+
+def assert_input_gradient_finite(x, loss_of):
+    """The gradient ``x.grad`` left by a backward pass is finite; for float16 ``x``, where
+    the loss computes in float32, it is the float32 gradient (finite) cast to float16 as
+    torch casts, so inf where that gradient leaves float16's range (e.g. the 1/eps slope of
+    normalising a zero row), which a GradScaler detects. ``loss_of(inputs)`` recomputes
+    the loss on float32 inputs for that comparison."""
+    if x.dtype != torch.float16:
+        assert torch.isfinite(x.grad.float()).all(), "non-finite input gradient"
+        return
+    full = x.detach().float().requires_grad_()
+    (expected,) = torch.autograd.grad(loss_of(full), [full])
+    assert torch.isfinite(expected).all(), "non-finite float32 input gradient"
+    assert torch.equal(x.grad, expected.half()), "the float16 gradient is not the float32 one cast"

@@ -1,7 +1,9 @@
-"""Mixed precision: bfloat16 autocast on CPU always, float16 autocast on CUDA when
-present. Finite values and gradients, parameters kept in float32, agreement with
-float32 within the documented tolerance, and many random steps without a
-non-finite value."""
+"""Mixed precision: bfloat16 and float16 autocast on CPU always, float16 autocast on
+CUDA when present. Finite values and gradients (float16 with a GradScaler, as torch's
+AMP recipe trains in it), parameters kept in float32, agreement with float32 within the
+documented tolerance, many random steps without a non-finite value, and the gradient
+that reaches half-precision embeddings: the float32 one in their dtype, inf where it
+overflows float16, never clamped."""
 
 import pytest
 import torch
@@ -12,7 +14,9 @@ from pml_fieldlosses.models import RelationalEmbedder
 
 from .loss_registry import ALL_LOSSES
 
-DEVICES = [("cpu", torch.bfloat16)] + ([("cuda", torch.float16)] if torch.cuda.is_available() else [])
+DEVICES = [("cpu", torch.bfloat16), ("cpu", torch.float16)] + (
+    [("cuda", torch.float16)] if torch.cuda.is_available() else []
+)
 # loss under autocast vs float32, relative (docs/robustness.md)
 AUTOCAST_RTOL = {torch.bfloat16: 2e-2, torch.float16: 2e-3}
 # The potential losses are compared with their float32 value on the same rounded
@@ -56,14 +60,28 @@ def random_step(name, generator, device, dtype):
     scale = 10 ** float(torch.empty(()).uniform_(-3, 3, generator=generator))
     data = (torch.randn(batch_size, 16, generator=generator) * scale).to(device)
     embedder, loss_func = build(name, num_classes, embedding_size, device)
+    parameters = list(embedder.parameters()) + list(loss_func.parameters())
     reference = loss_func(embedder(data), labels)
-    with torch.autocast(device, dtype=dtype):
-        embeddings = embedder(data)
-        loss = loss_func(embeddings, labels)
-    loss.backward()
+    scaler = torch.amp.GradScaler(device, enabled=dtype == torch.float16)
+    optimizer = torch.optim.SGD(parameters, lr=0.0)
+    # float16: the gradients can exceed its range (PFML's d^-alpha repulsion between small,
+    # nearly coincident embeddings reaches 1e8), so it trains with a GradScaler, which skips
+    # a step whose gradients overflow and lowers its scale; redo the step until one is taken
+    for _ in range(64):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device, dtype=dtype):
+            embeddings = embedder(data)
+            loss = loss_func(embeddings, labels)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        taken = all(p.grad is None or torch.isfinite(p.grad).all() for p in parameters)
+        scaler.step(optimizer)
+        scaler.update()
+        if taken:
+            break
     if name in ON_ROUNDED_EMBEDDINGS:
         reference = loss_func(embeddings.detach().float(), labels)
-    return loss, list(embedder.parameters()) + list(loss_func.parameters()), reference
+    return loss, parameters, reference
 
 
 def check_steps(name, device, dtype, steps):
@@ -92,3 +110,26 @@ def test_autocast_random_steps(name, device, dtype):
 @pytest.mark.parametrize("name", MODELS)
 def test_autocast_10000_random_steps(name, device, dtype):
     check_steps(name, device, dtype, steps=10_000)
+
+
+@pytest.mark.parametrize("device", sorted({device for device, _ in DEVICES}))
+@pytest.mark.parametrize("name", ALL_LOSSES)
+def test_half_embeddings_get_the_float32_gradient_in_their_dtype(name, device):
+    """The loss computes in float32; the gradient that reaches float16 embeddings is the
+    float32 gradient cast to float16 as torch casts, bit for bit: inf where it exceeds
+    65504, so that a GradScaler sees the overflow (clamped to 65504, as it once was, the
+    scaler took the step with the gradient clipped). Scales as a GradScaler applies them."""
+    g = torch.Generator().manual_seed(11)
+    num_classes, embedding_size, batch_size = 7, 16, 24
+    loss_func = ALL_LOSSES[name](num_classes, embedding_size).to(device)
+    labels = torch.randint(0, num_classes, (batch_size,), generator=g).to(device)
+    half = (torch.randn(batch_size, embedding_size, generator=g) * 0.05).half().to(device)
+    half.requires_grad_()
+    full = half.detach().float().requires_grad_()
+    for scale in (1.0, 2.0**16, 2.0**40):
+        with torch.autocast(device, dtype=torch.float16):
+            loss = loss_func(half, labels)
+        (grad,) = torch.autograd.grad(loss * scale, [half])
+        (expected,) = torch.autograd.grad(loss_func(full, labels) * scale, [full])
+        assert grad.dtype == torch.float16 and torch.equal(grad, expected.half())
+    assert torch.isinf(grad).any() and torch.isfinite(expected).all()

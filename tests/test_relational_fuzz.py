@@ -12,6 +12,8 @@ from pytorch_metric_learning.losses import ProxyAnchorLoss
 from pml_fieldlosses.losses import RelationalLoss
 from pml_fieldlosses.models import RelationalEmbedder
 
+from .helpers import assert_input_gradient_finite
+
 
 def build(num_classes, num_branches, branch_in, branch_size):
     embedder = RelationalEmbedder(num_branches * branch_in, num_branches * branch_size, num_branches)
@@ -102,7 +104,12 @@ def check_case(case):
     assert finite_features and case["special"] != "bad_label", f"{case['special']} input was accepted"
     loss.backward()
     assert torch.isfinite(loss)
-    assert torch.isfinite(features.grad.float()).all()
+
+    def loss_of(full):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=case["autocast"]):
+            return loss_func(embedder(full), labels)
+
+    assert_input_gradient_finite(features, loss_of)
     for p in list(embedder.parameters()) + list(loss_func.parameters()):
         assert p.dtype in (head_dtype, torch.float32, torch.float64)
         assert p.grad is None or torch.isfinite(p.grad.float()).all()

@@ -24,8 +24,9 @@ class CheckedForwardMixin:
     * upcasts float16/bfloat16 embeddings to float32 and turns autocast off,
       so learnable parameters are never cast below float32 and the exp/log
       terms cannot overflow. The loss is returned in float32 and the gradient
-      flows back to the half-precision embeddings in their own dtype
-      (saturated at its largest finite value, never inf).
+      flows back to the half-precision embeddings in their own dtype, as
+      torch's cast sends it: inf where it exceeds float16's range, which a
+      GradScaler detects (a clamped gradient would be clipped unseen).
     """
 
     def forward(self, embeddings, labels=None, indices_tuple=None, ref_emb=None, ref_labels=None):

@@ -263,8 +263,8 @@ class RelationalEmbedder(torch.nn.Module):
     def forward(self, features):
         self.check_features(features)
         if features.dtype != self.nodes.weight.dtype:
-            # half features under autocast: their gradient comes back saturated at the dtype's
-            # largest value (e.g. the 1/eps slope of normalising a zero node is 1e12)
+            # half features under autocast: their gradient comes back in their dtype, inf where
+            # it overflows it (a GradScaler then skips the step and lowers its scale)
             features = upcast_half(features)
         embeddings, nodes, errors, norms = self.compute(features)
         # one device synchronisation: all outputs finite and no node norm overflowed (which

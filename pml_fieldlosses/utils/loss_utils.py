@@ -37,27 +37,16 @@ def log1p_sum_exp(values, groups, num_groups):
     return shift + torch.log(torch.exp(-shift) + sums)
 
 
-class _SaturatingUpcast(torch.autograd.Function):
-    """float16/bfloat16 -> float32; the gradient goes back in the input's dtype,
-    saturated at its largest finite value (float16 overflows at 65504, e.g. for
-    the 1/eps slope of normalising an all-zero embedding)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.dtype = x.dtype
-        return x.float()
-
-    @staticmethod
-    def backward(ctx, grad):
-        largest = torch.finfo(ctx.dtype).max
-        return grad.clamp(-largest, largest).to(ctx.dtype)
-
-
 def upcast_half(x):
-    """float16/bfloat16 -> float32 (saturating the gradient on the way back);
-    anything else (including None) unchanged."""
+    """float16/bfloat16 -> float32; anything else (including None) unchanged.
+
+    The gradient goes back in the input's dtype as torch's own cast sends it: a
+    float32 gradient beyond float16's range (65504) arrives as inf, so that a
+    GradScaler sees the overflow, skips the step and lowers its scale. Clamping
+    it to the largest finite value instead would hide the overflow from the
+    scaler and clip the gradient without a trace."""
     if x is not None and x.dtype in (torch.float16, torch.bfloat16):
-        return _SaturatingUpcast.apply(x)
+        return x.float()
     return x
 
 

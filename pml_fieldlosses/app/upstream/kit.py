@@ -245,8 +245,8 @@ def pr_description(written):
             "* **Precision policy**: float16/bfloat16 embeddings are upcast to float32 and the loss is "
             "computed with autocast disabled, so learnable parameters (mean fields, proxies) stay float32 "
             "under autocast and the exp/log terms cannot overflow; the loss is returned in float32 and "
-            "the gradient flows back to the half-precision embeddings in their dtype (saturated at its "
-            "largest finite value). PML's own losses instead follow the input dtype; tell us if you "
+            "the gradient flows back to the half-precision embeddings in their dtype (inf where it "
+            "overflows float16, so that a GradScaler sees it). PML's own losses instead follow the input dtype; tell us if you "
             "prefer that.",
             "* Helpers: input checks (`utils/checks.py`), grouped log-sum-exp and normalisation helpers "
             "(`utils/loss_utils.py`), the potential losses' machinery "
