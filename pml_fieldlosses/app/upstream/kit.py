@@ -246,8 +246,8 @@ def pr_description(written):
             "computed with autocast disabled, so learnable parameters (mean fields, proxies) stay float32 "
             "under autocast and the exp/log terms cannot overflow; the loss is returned in float32 and "
             "the gradient flows back to the half-precision embeddings in their dtype (inf where it "
-            "overflows float16, so that a GradScaler sees it). PML's own losses instead follow the input dtype; tell us if you "
-            "prefer that.",
+            "overflows float16, so that a GradScaler sees it). PML's own losses instead follow the "
+            "input dtype; tell us if you prefer that.",
             "* Helpers: input checks (`utils/checks.py`), grouped log-sum-exp and normalisation helpers "
             "(`utils/loss_utils.py`), the potential losses' machinery "
             "(`losses/potential/`: the energy, the candidate searches, the pair searches and the "
