@@ -94,14 +94,31 @@ def test_pair_sq_distances_gradient_in_closed_form_equals_autograd(num_pairs):
         pairs[:, 0] = 3  # a point with itself: zero distance, zero gradient
     weights = torch.randn(num_pairs, generator=g, dtype=torch.float64)
 
-    ours = PairSqDistances.apply(points, pairs)
+    ours = PairSqDistances.apply(points, pairs, 2**17)
     reference = pair_sq_distances(points, pairs)
     assert torch.equal(ours, reference)
     (grad,) = gradients((ours * weights).sum(), [points]) if num_pairs else (torch.zeros(7, 5),)
     (expected,) = gradients((reference * weights).sum(), [points]) if num_pairs else (torch.zeros(7, 5),)
     assert_close(grad, expected, torch.float64)
     if num_pairs:
-        assert torch.autograd.gradcheck(lambda p: PairSqDistances.apply(p, pairs), (points,))
+        assert torch.autograd.gradcheck(lambda p: PairSqDistances.apply(p, pairs, 2**17), (points,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_pair_sq_distances_in_blocks_equal_one_block_bit_for_bit(dtype):
+    """PairSqDistances gathers ``gather_entries`` coordinates at a time: any block size gives
+    the values and gradients of one block, bit for bit (each point's gradient added up in the
+    same order), so the block size changes the memory a step touches, never the result."""
+    g = torch.Generator().manual_seed(5)
+    points = torch.randn(30, 16, generator=g, dtype=dtype, requires_grad=True)
+    pairs = torch.randint(0, 30, (2, 200), generator=g)
+    weights = torch.randn(200, generator=g, dtype=dtype)
+    whole = PairSqDistances.apply(points, pairs, 200 * 16)
+    (whole_grad,) = torch.autograd.grad(whole, [points], weights)
+    for gather_entries in [1, 16, 17, 5 * 16, 199 * 16]:
+        blocks = PairSqDistances.apply(points, pairs, gather_entries)
+        (grad,) = torch.autograd.grad(blocks, [points], weights)
+        assert torch.equal(blocks, whole) and torch.equal(grad, whole_grad), gather_entries
 
 
 @pytest.mark.parametrize("loss_name", ["PotentialFieldLoss", "ContrastivePotentialLoss"])

@@ -50,8 +50,9 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
 
     # entries of one block of a distance computation (bounds the memory)
     chunk_entries = 2**22
-    # gathered coordinates per block when pairs are filtered by their distances
-    # (small blocks stay in the CPU's caches; large fresh buffers cost page faults)
+    # gathered coordinates per block when pairs are filtered by their distances, and per
+    # block of the energies' coordinate differences (small blocks stay in the CPU's caches;
+    # large fresh buffers cost page faults)
     gather_entries = 2**17
     # dense=None uses the dense path while P * P * D is at most this
     dense_entries = 2**20
@@ -201,6 +202,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
             proxy_points=self.proxy_points,
             proxies_per_class=self.proxies_per_class,
             chunk_entries=self.chunk_entries,
+            gather_entries=self.gather_entries,
         )
         if self.collect_stats:
             self.record_sparse_stats(same)

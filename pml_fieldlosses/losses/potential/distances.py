@@ -33,24 +33,40 @@ class PairSqDistances(torch.autograd.Function):
     """pair_sq_distances with its gradient in closed form: with diff = p_i - p_j, the gradient
     of g ||diff||^2 is 2 g diff for p_i and -2 g diff for p_j, added up per point by two
     index_adds (autograd's backward of the gather, the difference and the square makes several
-    K x D temporaries and a gather backward). Same values; first derivatives only."""
+    K x D temporaries and a gather backward). Same values; first derivatives only.
+
+    The differences are saved in one K x D buffer, filled ``gather_entries`` coordinates at a
+    time, and every other temporary has that size: on a CPU, K x D temporaries of a few MB each
+    are fresh memory at every step (the allocator hands it back to the system between steps)
+    and their page faults cost more than the arithmetic. Each pair's value and each point's
+    gradient are computed as in one block, in the same order (bit for bit)."""
 
     @staticmethod
-    def forward(ctx, points, pairs):
-        diff = torch.nn.functional.embedding(pairs[0], points) - torch.nn.functional.embedding(
-            pairs[1], points
-        )
+    def forward(ctx, points, pairs, gather_entries):
+        step = max(1, gather_entries // points.shape[1])
+        diff = points.new_empty(pairs.shape[1], points.shape[1])
+        sq = points.new_empty(pairs.shape[1])
+        for start in range(0, pairs.shape[1], step):
+            block = pairs[:, start : start + step]
+            ends = torch.nn.functional.embedding(block, points)
+            torch.sub(ends[0], ends[1], out=diff[start : start + step])
+            torch.sum(diff[start : start + step].pow(2), dim=1, out=sq[start : start + step])
         ctx.save_for_backward(diff, pairs)
-        ctx.num_points = len(points)
-        return diff.pow(2).sum(dim=1)
+        ctx.num_points, ctx.step = len(points), step
+        return sq
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         diff, pairs = ctx.saved_tensors
-        terms = diff * (2 * grad).unsqueeze(1)
+        step, twice = ctx.step, 2 * grad
         grad_points = diff.new_zeros(ctx.num_points, diff.shape[1])
-        return grad_points.index_add_(0, pairs[0], terms).index_add_(0, pairs[1], terms, alpha=-1), None
+        # all first points, then all second points: the order of one index_add over each
+        for side, sign in [(0, 1), (1, -1)]:
+            for start in range(0, pairs.shape[1], step):
+                terms = diff[start : start + step] * twice[start : start + step].unsqueeze(1)
+                grad_points.index_add_(0, pairs[side, start : start + step], terms, alpha=sign)
+        return grad_points, None, None
 
 
 def pair_sq_distances_in_blocks(points, pairs, gather_entries):

@@ -88,6 +88,7 @@ def scalable_energies(
     proxy_points,
     proxies_per_class,
     chunk_entries,
+    gather_entries,
 ):
     """The same E_a as dense_energies, by the plateau decomposition: the plateau counts
     (plateau_energies) and the candidate pairs ``pairs`` (2, K) with their same-class mask
@@ -105,7 +106,7 @@ def scalable_energies(
     local = torch.empty_like(point_labels)
     local[:B] = torch.arange(B, device=local.device)
     local[B + rows] = torch.arange(B, len(points), device=local.device)
-    off_plateau = pair_energies(points, local[pairs], same, potential, chunk_entries)
+    off_plateau = pair_energies(points, local[pairs], same, potential, chunk_entries, gather_entries)
     plateau = plateau_energies(point_labels, n // proxies_per_class, potential, embeddings.dtype)
     return torch.cat([plateau[:B] + off_plateau[:B], plateau[B:].index_add(0, rows, off_plateau[B:])])
 
@@ -118,7 +119,7 @@ def plateau_energies(point_labels, num_classes, potential, dtype):
     return inside * same + outside * (len(point_labels) - 1 - same)
 
 
-def pair_energies(points, pairs, same, potential, chunk_entries):
+def pair_energies(points, pairs, same, potential, chunk_entries, gather_entries):
     """Per point: the sum over the given pairs containing it of phi - plateau, each unordered
     pair added to both of its points (two ordered terms of U). In blocks, recomputed in the
     backward pass when there are several, so memory is bounded. With no pairs at all, one empty
@@ -130,13 +131,16 @@ def pair_energies(points, pairs, same, potential, chunk_entries):
     for start in range(0, max(1, pairs.shape[1]), step):
         block, block_same = pairs[:, start : start + step], same[start : start + step]
         if use_checkpoint:
-            terms = checkpoint(block_energies, points, block, block_same, potential, use_reentrant=False)
+            terms = checkpoint(
+                block_energies, points, block, block_same, potential, gather_entries, use_reentrant=False
+            )
         else:
-            terms = block_energies(points, block, block_same, potential)
+            terms = block_energies(points, block, block_same, potential, gather_entries)
         energies = energies.index_add(0, block[0], terms).index_add(0, block[1], terms)
     return energies
 
 
-def block_energies(points, pairs, same, potential):
-    """phi - plateau of each of the (2, K) ``pairs``, from their coordinate differences."""
-    return potential.off_plateau(PairSqDistances.apply(points, pairs), same)
+def block_energies(points, pairs, same, potential, gather_entries):
+    """phi - plateau of each of the (2, K) ``pairs``, from their coordinate differences
+    (gathered ``gather_entries`` coordinates at a time)."""
+    return potential.off_plateau(PairSqDistances.apply(points, pairs, gather_entries), same)
