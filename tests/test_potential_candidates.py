@@ -61,7 +61,7 @@ def test_candidates_contain_every_pair_off_its_plateau(
     point_labels = torch.cat([labels, torch.arange(num_classes).repeat_interleave(M)])
     embeddings, proxies = points[:B], points[B:]
 
-    blocks = embedding_candidates(embeddings, proxies, point_labels, delta, repulsion_delta, chunk_entries)
+    blocks = embedding_candidates(points, B, point_labels, delta, repulsion_delta, chunk_entries)
     for block in blocks:
         assert (block[0] < block[1]).all()
         keys = block[0] * (B + n) + block[1]

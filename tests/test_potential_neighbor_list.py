@@ -290,6 +290,46 @@ def test_list_is_a_cache_across_dtype_changes_state_dict_and_no_grad_calls():
 
 
 @pytest.mark.parametrize("name", LOSS_KWARGS)
+def test_a_step_makes_no_fresh_tensor_the_size_of_all_proxies(name):
+    """The searches keep their n x D tensors (the points they see, the displacements, the
+    previous positions, a search's reordered references) between steps and write them in
+    place: a fresh tensor that size at every step is new memory above the size the C allocator
+    reuses at tens of thousands of proxies, whose page faults cost more than the search. Here
+    the proxies move, some are re-anchored and listed pairs evaluated, but only a few proxies
+    are near an embedding, so nothing else needs all of them (and with D > n, the searches'
+    products of rows against all n points are smaller than n x D)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    g = torch.Generator().manual_seed(11)
+    C, M, D, B = 200, 1, 256, 8
+    loss_fn = scalable_loss(name, C, M, D)
+    optimizer = torch.optim.SGD(loss_fn.parameters(), lr=0.05)
+    for _ in range(3):
+        optimizer.zero_grad()
+        x = torch.randn(B, D, generator=g, requires_grad=True)
+        loss_fn(x, torch.randint(0, C, (B,), generator=g)).backward()
+        optimizer.step()
+    # a fifth of the proxies move far at each step: they are re-anchored
+    moves = [
+        torch.randn(loss_fn.proxies.shape, generator=g) * (torch.rand(C, 1, 1, generator=g) < 0.2)
+        for _ in range(4)
+    ]
+    batches = [(torch.randn(B, D, generator=g), torch.randint(0, C, (B,), generator=g)) for _ in moves]
+    stats = loss_fn.neighbor_list.stats
+    builds, reanchored = stats.num_builds, stats.num_reanchored
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        for (x, labels), move in zip(batches, moves):
+            loss_fn(x, labels)
+            loss_fn.proxies.add_(move)
+    assert stats.num_builds == builds and stats.num_reanchored > reanchored  # the searches ran
+    size = C * M * D * loss_fn.proxies.element_size()
+    fresh = [
+        (event.name, event.cpu_memory_usage) for event in prof.events() if event.cpu_memory_usage >= size
+    ]
+    assert fresh == []
+
+
+@pytest.mark.parametrize("name", LOSS_KWARGS)
 def test_results_do_not_depend_on_the_lists_history(name):
     """A loss whose list was maintained through 15 Adam steps and a fresh one
     loaded with the same proxies (as after resuming from a checkpoint) give

@@ -97,6 +97,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         self.weight_init_func(self.proxies)
         # the search for the proxy pairs of different classes (a cache, not learnable state)
         self.neighbor_list = NeighborList(self.chunk_entries)
+        self._search_points = None  # the searches' points (search_points; a cache)
         self.add_to_recordable_attributes(
             list_of_names=[
                 "num_classes",
@@ -190,8 +191,8 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         """The same E_a by the plateau decomposition: the searches without gradient, then the
         energy of the pairs they found."""
         with torch.no_grad(), full_precision_matmul():  # the searches' rounding margins assume it
-            proxies = self.proxy_points(raw_proxies)
-            pairs, same = self.candidate_pairs(embeddings.detach(), proxies, point_labels)
+            points = self.search_points(embeddings.detach(), raw_proxies.detach())
+            pairs, same = self.candidate_pairs(points, len(embeddings), point_labels)
         energies = scalable_energies(
             embeddings,
             raw_proxies,
@@ -208,16 +209,43 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
             self.record_sparse_stats(same)
         return energies
 
-    def candidate_pairs(self, embeddings, proxies, point_labels):
-        """Unordered pairs (i < j) of points (embeddings first, then proxies) that may be off
-        their plateau, in a canonical order: a (2, K) index tensor and a bool mask of the
-        same-class pairs."""
-        B = len(embeddings)
+    def search_points(self, embeddings, raw_proxies):
+        """The points the searches see: the B embeddings, then the proxies as points
+        (``proxy_points``), in one (B + N M, D) tensor kept between steps and written in place.
+        A fresh tensor that size would be new memory at every step: at tens of thousands of
+        proxies it is above the size the C allocator reuses, and its page faults cost more than
+        the arithmetic. A cache, not state: not saved, and made again for another shape, dtype
+        or device. Rewritten at every call, so a view of it is not to be kept."""
+        # an ordinary tensor also under torch.inference_mode(): later calls write it in place
+        with torch.inference_mode(False):
+            B = len(embeddings)
+            shape = (B + len(raw_proxies), raw_proxies.shape[1])
+            points = self._search_points
+            if points is None or (points.shape, points.dtype, points.device) != (
+                shape,
+                embeddings.dtype,
+                embeddings.device,
+            ):
+                points = self._search_points = embeddings.new_empty(shape)
+            points[:B] = embeddings
+            if self.normalize_proxies and type(self.distance).normalize is LpDistance.normalize:
+                # what proxy_points computes (PML's LpDistance.normalize), written into the cache
+                torch.nn.functional.normalize(raw_proxies, p=self.distance.p, dim=1, out=points[B:])
+            else:
+                points[B:] = self.proxy_points(raw_proxies)
+        return points
+
+    def candidate_pairs(self, points, num_embeddings, point_labels):
+        """Unordered pairs (i < j) of ``points`` (the ``num_embeddings`` embeddings, then the
+        proxies) that may be off their plateau, in a canonical order: a (2, K) index tensor and
+        a bool mask of the same-class pairs."""
+        B = num_embeddings
+        proxies = points[B:]
         pairs = embedding_candidates(
-            embeddings, proxies, point_labels, self.delta, self.repulsion_delta, self.chunk_entries
+            points, B, point_labels, self.delta, self.repulsion_delta, self.chunk_entries
         )
         # proxies of one class that may be farther apart than delta
-        pairs.append(class_pairs(proxies, self.proxies_per_class, self.delta, self.chunk_entries) + B)
+        pairs.append(class_pairs(proxies, self.proxies_per_class, self.delta, self.gather_entries) + B)
         # proxies of different classes within repulsion_delta (by their coordinates)
         search = self.neighbor_list
         search.chunk_entries, search.gather_entries = self.chunk_entries, self.gather_entries

@@ -11,16 +11,17 @@ import torch
 from .distances import rounding_slack, sq_distance_block, squared_distance_slack
 
 
-def embedding_candidates(embeddings, proxies, point_labels, delta, repulsion_delta, chunk_entries):
+def embedding_candidates(points, num_embeddings, point_labels, delta, repulsion_delta, chunk_entries):
     """The candidate pairs (i < j) with an embedding in them, as a list of (2, K) index tensors
     (one per block of rows, each in the canonical order): same-class pairs that may be farther
     apart than ``delta`` and pairs of different classes that may be closer than
-    ``repulsion_delta`` (``proxies``: the proxies as points, (N M, D)). One matrix product of the
-    embeddings with all points (embeddings, then proxies) per block of at most about
-    ``chunk_entries`` entries, one rule for every kind of pair: an embedding's own proxies are
-    candidates only when they may be farther than ``delta``, like any same-class pair."""
-    B = len(embeddings)
-    points = torch.cat([embeddings, proxies])
+    ``repulsion_delta`` (``points``: the ``num_embeddings`` embeddings, then the proxies as
+    points, (B + N M, D)). One matrix product of the embeddings with all points per block of at
+    most about ``chunk_entries`` entries, one rule for every kind of pair: an embedding's own
+    proxies are candidates only when they may be farther than ``delta``, like any same-class
+    pair."""
+    B = num_embeddings
+    embeddings = points[:B]
     norms = torch.linalg.vector_norm(points, dim=1)
     slack = rounding_slack(norms.max().item(), points.shape[1], points.dtype)
     att_threshold = delta**2 - slack
@@ -41,12 +42,12 @@ def embedding_candidates(embeddings, proxies, point_labels, delta, repulsion_del
     return pairs
 
 
-def class_pairs(proxies, proxies_per_class, delta, chunk_entries):
+def class_pairs(proxies, proxies_per_class, delta, gather_entries):
     """The pairs (i < j) of two proxies of one class (numbered as rows of ``proxies``, the
     proxies as points, (N M, D), class-major) that may be farther apart than ``delta``, by their
     coordinate differences (as the energies compute them), with a margin for rounding: the
     others are on the attraction plateau. In blocks of classes of at most about
-    ``chunk_entries`` coordinates."""
+    ``gather_entries`` gathered coordinates (small temporaries, kept in the CPU's caches)."""
     M, D = proxies_per_class, proxies.shape[1]
     N = len(proxies) // M
     first, second = torch.triu_indices(M, M, 1, device=proxies.device)
@@ -54,7 +55,7 @@ def class_pairs(proxies, proxies_per_class, delta, chunk_entries):
         return torch.empty(2, 0, dtype=torch.long, device=proxies.device)
     threshold = delta**2 - squared_distance_slack(proxies)
     grouped = proxies.view(N, M, D)
-    step = max(1, chunk_entries // (len(first) * D))
+    step = max(1, gather_entries // (len(first) * D))
     far = torch.cat(
         [
             (grouped[start : start + step, first] - grouped[start : start + step, second]).pow(2).sum(dim=2)

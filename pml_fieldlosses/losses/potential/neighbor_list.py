@@ -21,7 +21,7 @@ from .pair_search import PairSearch, dense_sweep
 class Motion:
     """How the points have moved since the list was made for its settings (kept across builds)."""
 
-    previous: torch.Tensor  # (n, D) the positions at the previous update
+    previous: torch.Tensor  # (n, D) the positions at the previous update (its own memory, rewritten)
     odometer: torch.Tensor  # (n,) float64: the sum of each point's displacements between updates
     # the 90th percentile of the last update's displacements; None before any was measured
     speed: Optional[float] = None
@@ -129,6 +129,21 @@ class NeighborList(PairSearch):
         """Forget the list: the next update builds."""
         self.state: Optional[ListState] = None
         self.motion: Optional[Motion] = None
+        self._buffer: Optional[torch.Tensor] = None
+
+    def scratch(self, points):
+        """An (n, D) tensor like ``points``, kept between updates for the n x D temporaries of an
+        update (the displacements, the reordered references of a search): fresh ones would be
+        new memory at every update, and at tens of thousands of points (above the size the C
+        allocator reuses) their page faults cost more than the arithmetic."""
+        buffer = self._buffer
+        if buffer is None or (buffer.shape, buffer.dtype, buffer.device) != (
+            points.shape,
+            points.dtype,
+            points.device,
+        ):
+            buffer = self._buffer = torch.empty_like(points)
+        return buffer
 
     def max_pairs(self, points):
         """The most pairs a kept list may hold."""
@@ -165,12 +180,12 @@ class NeighborList(PairSearch):
         self.stats.start_update()
         if self._stale(points, group_size, cutoff, skin):
             odometer = torch.zeros(len(points), dtype=torch.float64, device=points.device)
-            self.motion = Motion(previous=points, odometer=odometer)
+            self.motion = Motion(previous=points.clone(), odometer=odometer)
             pairs = self._build(points, group_size, cutoff, skin)
         else:
             self._measure_speed(points)
             pairs = self._follow(points) if self.state.kept else self._dense_step(points)
-        self.motion.previous = points.clone()
+            self.motion.previous.copy_(points)
         self.stats.last_returned = pairs.shape[1]
         return pairs
 
@@ -188,7 +203,7 @@ class NeighborList(PairSearch):
         """The 90th percentile of the displacements since the previous update; every point's
         odometer moves on by its displacement."""
         motion = self.motion
-        step = torch.linalg.vector_norm(points - motion.previous, dim=1)
+        step = torch.linalg.vector_norm(torch.sub(points, motion.previous, out=self.scratch(points)), dim=1)
         motion.speed = step.kthvalue(max(1, (9 * len(step) + 9) // 10)).values.item()
         motion.odometer += step.double() * (1 + tolerance(points))
 
@@ -226,7 +241,9 @@ class NeighborList(PairSearch):
         """An update of a kept list: re-anchor the points that fail their displacement test
         until all pass, then the listed pairs that may be within the cutoff."""
         state = self.state
-        displacements = torch.linalg.vector_norm(points - state.reference, dim=1)
+        displacements = torch.linalg.vector_norm(
+            torch.sub(points, state.reference, out=self.scratch(points)), dim=1
+        )
         while True:
             moved = self._beyond_allowance(displacements)
             if not moved.any():
@@ -343,7 +360,7 @@ class NeighborList(PairSearch):
         order = torch.cat([rows, others])
         position = torch.empty_like(order)
         position[order] = torch.arange(len(order), device=order.device)
-        ref = state.reference[order]
+        ref = torch.index_select(state.reference, 0, order, out=self.scratch(state.reference))
         groups = order // state.group_size
         slack = squared_distance_slack(ref)
         threshold = (state.cutoff + state.skin) ** 2 + slack
