@@ -4,7 +4,7 @@ contract (as on real data, docs/losses.md): at the start, middle and end of a ru
 of classes (M = 2 proxies per class).
 
     python benchmarks/bench_potential_training.py                       # N = 400, 2000 (~6 min on 2 cores)
-    python benchmarks/bench_potential_training.py --num-classes 11318   # SOP scale (hours on 2 cores)
+    python benchmarks/bench_potential_training.py --num-classes 11318   # SOP scale (about an hour per loss on 2 cores)
     python benchmarks/bench_potential_training.py --num-classes 400 --data easy --steps 1500
     python benchmarks/bench_potential_training.py --num-classes 11318 --device cuda --autocast float16
     # a long run in parts: the state is saved at every tenth of the run, and a later run goes on from it
