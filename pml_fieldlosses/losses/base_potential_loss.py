@@ -7,7 +7,7 @@ from pytorch_metric_learning.utils import common_functions as c_f
 from ..utils import checks
 from .mixins import CheckedForwardMixin
 from .potential.candidates import canonical_order, class_pairs, embedding_candidates
-from .potential.distances import full_precision_matmul
+from .potential.distances import full_precision_matmul, kept_buffer
 from .potential.energy import (
     PairPotential,
     dense_energies,
@@ -211,22 +211,16 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
 
     def search_points(self, embeddings, raw_proxies):
         """The points the searches see: the B embeddings, then the proxies as points
-        (``proxy_points``), in one (B + N M, D) tensor kept between steps and written in place.
-        A fresh tensor that size would be new memory at every step: at tens of thousands of
-        proxies it is above the size the C allocator reuses, and its page faults cost more than
-        the arithmetic. A cache, not state: not saved, and made again for another shape, dtype
-        or device. Rewritten at every call, so a view of it is not to be kept."""
+        (``proxy_points``), in one (B + N M, D) tensor kept between steps and written in place
+        (``kept_buffer``: at tens of thousands of proxies a fresh one would cost more in page
+        faults than the searches' arithmetic). A cache, not state: not saved, and made again
+        for another shape, dtype or device. Rewritten at every call, so a view of it is not to
+        be kept."""
+        B = len(embeddings)
         # an ordinary tensor also under torch.inference_mode(): later calls write it in place
         with torch.inference_mode(False):
-            B = len(embeddings)
             shape = (B + len(raw_proxies), raw_proxies.shape[1])
-            points = self._search_points
-            if points is None or (points.shape, points.dtype, points.device) != (
-                shape,
-                embeddings.dtype,
-                embeddings.device,
-            ):
-                points = self._search_points = embeddings.new_empty(shape)
+            points = self._search_points = kept_buffer(self._search_points, shape, embeddings)
             points[:B] = embeddings
             if self.normalize_proxies and type(self.distance).normalize is LpDistance.normalize:
                 # what proxy_points computes (PML's LpDistance.normalize), written into the cache

@@ -21,6 +21,17 @@ def full_precision_matmul():
         torch.set_float32_matmul_precision(previous)
 
 
+def kept_buffer(buffer, shape, like):
+    """``buffer`` if it has ``shape`` and the dtype and device of ``like``, else a new empty
+    tensor that does: memory kept between steps for temporaries written in place (a fresh
+    tensor of tens of MB is new memory at every step, above the size the C allocator reuses,
+    and its page faults cost more than the arithmetic)."""
+    shape = torch.Size(shape)
+    if buffer is None or (buffer.shape, buffer.dtype, buffer.device) != (shape, like.dtype, like.device):
+        return like.new_empty(shape)
+    return buffer
+
+
 def pair_sq_distances(points, pairs):
     """||p_i - p_j||^2 of the (2, K) ``pairs`` from the coordinate differences (exact near 0).
     The rows are gathered with F.embedding (= points[indices]), whose backward is much faster

@@ -10,6 +10,7 @@ import torch
 
 from .distances import (
     full_precision_matmul,
+    kept_buffer,
     pair_sq_distances_in_blocks,
     row_blocks,
     squared_distance_slack,
@@ -133,17 +134,9 @@ class NeighborList(PairSearch):
 
     def scratch(self, points):
         """An (n, D) tensor like ``points``, kept between updates for the n x D temporaries of an
-        update (the displacements, the reordered references of a search): fresh ones would be
-        new memory at every update, and at tens of thousands of points (above the size the C
-        allocator reuses) their page faults cost more than the arithmetic."""
-        buffer = self._buffer
-        if buffer is None or (buffer.shape, buffer.dtype, buffer.device) != (
-            points.shape,
-            points.dtype,
-            points.device,
-        ):
-            buffer = self._buffer = torch.empty_like(points)
-        return buffer
+        update (the displacements, the reordered references of a search; ``kept_buffer``)."""
+        self._buffer = kept_buffer(self._buffer, points.shape, points)
+        return self._buffer
 
     def max_pairs(self, points):
         """The most pairs a kept list may hold."""
