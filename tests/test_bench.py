@@ -21,6 +21,8 @@ from pml_fieldlosses.app.bench.protocol import corrupt_labels, make_split, train
 from pml_fieldlosses.app.datasets import ImageSet, load_image_folder
 from pml_fieldlosses.app.datasets.augment import augment, random_affine
 
+from .helpers import DEVICE
+
 NUM_CLASSES, PER_CLASS = 12, 4
 
 
@@ -131,6 +133,19 @@ def test_bench_end_to_end_writes_report_and_resumes(folder, tmp_path, capsys, mo
     run_bench(config)
     assert calls == [("MFCWMS", 1)]
     assert (killed / "result.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "backbone", ["efficientnet-lite0", "efficientnet-lite0-partial", "efficientnet-lite0-finetune", "convnet"]
+)
+def test_every_loss_trains_and_is_evaluated_on_the_test_device(folder, tmp_path, backbone):
+    """The bench's --device: models, batches, the untrained row and every evaluation on
+    TEST_DEVICE (TEST_DEVICE=cuda runs the bench on a GPU), for every backbone."""
+    config = tiny_config(folder, tmp_path, backbone=backbone, device=str(DEVICE), seeds=1, epochs=1)
+    rows = run_bench(config)
+    assert sorted(r["loss"] for r in rows) == sorted([runs.UNTRAINED, *registry.LOSSES])
+    for row in rows:
+        assert 0 <= row["mean_average_precision_at_r"] <= 1, row["loss"]
 
 
 def test_other_settings_do_not_mix_into_a_results_folder(folder, tmp_path):
@@ -384,5 +399,8 @@ def test_report_names_few_sources_and_counts_many():
     few = SimpleNamespace(sources=["twemoji", "noto", "twemoji"])
     assert describe(BenchConfig(data="emoji"), few) == "multi-vendor emoji (noto, twemoji)"
     many = SimpleNamespace(sources=[f"font-{i}" for i in range(MAX_NAMED_SOURCES + 1)])
-    assert describe(BenchConfig(data="glyphs"), many) == f"letters of many typefaces ({MAX_NAMED_SOURCES + 1} sources)"
+    assert (
+        describe(BenchConfig(data="glyphs"), many)
+        == f"letters of many typefaces ({MAX_NAMED_SOURCES + 1} sources)"
+    )
     assert describe(BenchConfig(data="some/folder"), many) == "image folder some/folder"

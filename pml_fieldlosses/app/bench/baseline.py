@@ -14,7 +14,7 @@ def untrained_test_embeddings(inputs, config, seed=0):
     """(embeddings, labels) of the test split for the untrained row's model of ``seed``."""
     seed_everything(seed)
     trunk = inputs.make_trunk().to(torch.device(config.device))
-    embeddings, labels = make_tester().get_all_embeddings(
+    embeddings, labels = make_tester(config.device).get_all_embeddings(
         inputs.eval_dataset("test"), trunk, torch.nn.Identity(), collate_fn=inputs.eval_collate
     )
     return embeddings.cpu().numpy(), labels.cpu().numpy()[:, 0]
@@ -25,7 +25,7 @@ def evaluate_untrained(seed, inputs, config):
     start = time.perf_counter()
     seed_everything(seed)
     trunk = inputs.make_trunk().to(torch.device(config.device))
-    tester = make_tester()
+    tester = make_tester(config.device)
     data = {"val": inputs.eval_dataset("val"), "test": inputs.eval_dataset("test")}
     tester.test(
         data, 0, trunk, torch.nn.Identity(), [("val", ["val"]), ("test", ["test"])], inputs.eval_collate

@@ -46,12 +46,14 @@ def run_log(path):
             c_f.LOGGER.setLevel(previous)
 
 
-def make_tester(hooks=None):
+def make_tester(device, hooks=None):
+    """PML's tester for the runs' models on ``device``: it sends each batch there (the
+    kNN of the accuracy calculator runs on the CPU whatever the device)."""
     return testers.GlobalEmbeddingSpaceTester(
         normalize_embeddings=True,
         batch_size=512,
         dataloader_num_workers=0,
-        data_device=torch.device("cpu"),
+        data_device=torch.device(device),
         accuracy_calculator=metrics.accuracy_calculator(),
         end_of_testing_hook=None if hooks is None else hooks.end_of_testing_hook,
     )
@@ -167,7 +169,7 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, report=
         str(run_dir / "records"), str(tensorboard_dir)
     )
     hooks = logging_presets.get_hook_container(record_keeper, primary_metric=metrics.PRIMARY, log_freq=10)
-    tester = make_tester(hooks)
+    tester = make_tester(device, hooks)
     end_of_epoch = hooks.end_of_epoch_hook(
         tester,
         {"val": inputs.eval_dataset("val")},
