@@ -4,6 +4,7 @@
     python benchmarks/bench_list_limit.py n2000.pt --loss CPML            # limits x1, x2, x4, x8
     python benchmarks/bench_list_limit.py n400.pt --limits --projection-ranks 16 64 128
     python benchmarks/bench_list_limit.py n2000.pt --limits --shell
+    python benchmarks/bench_list_limit.py sop.pt --loss PFML --limits 1 --products float32 bfloat16
 
 A state written by bench_potential_training.py (``--save-state``) holds the proxies, the
 optimisers, the neighbour lists and the data generator of a trajectory. From it, for each
@@ -15,7 +16,8 @@ first ones include the rebuild) against ProxyAnchor's, and the means per step of
 re-anchored, the distances their searches computed (as a fraction of one dense search of
 all proxy pairs), the listed pairs evaluated from their coordinates and the list's size; the
 last skin; then whether every factor left the same proxies bit for bit (the limit changes
-the work, never the result).
+the work, never the result). ``--products float32 bfloat16``: each limit with the searches'
+matrix products in float32 and in bfloat16 (the same proxies bit for bit too).
 
 ``--projection-ranks K ...``: for the state's proxies, the share of the pairs of different
 classes that a lower bound of their distance from a K-column principal basis (the projected
@@ -52,6 +54,10 @@ from pml_fieldlosses.losses.potential.neighbor_list import NeighborList
 LOSSES = {"PFML": losses.PotentialFieldLoss, "CPML": losses.ContrastivePotentialLoss}
 
 
+# --products: the losses' bfloat16_search
+PRODUCTS = {"auto": None, "float32": False, "bfloat16": True}
+
+
 def trajectory(state, args):
     """The saved run's settings with this run's device options, as bench_potential_training's Run
     takes them."""
@@ -66,10 +72,12 @@ def fresh_loss(settings, args):
     )
 
 
-def loss_run(state, settings, args, factor):
-    """The saved loss ``args.loss`` with its list forgotten (the next step rebuilds it) and a size
-    limit ``factor`` times the default."""
+def loss_run(state, settings, args, factor, products):
+    """The saved loss ``args.loss`` with its list forgotten (the next step rebuilds it), a size
+    limit ``factor`` times the default and its searches' ``products`` (auto, float32 or
+    bfloat16: the loss's bfloat16_search None, False or True)."""
     loss_fn = fresh_loss(settings, args)
+    loss_fn.bfloat16_search = PRODUCTS[products]
     trunk = torch.nn.Linear(settings.input_size, settings.embedding_size)
     run = Run(loss_fn.to(args.device), trunk.to(args.device), settings)
     # a copy: the optimisers' state tensors would otherwise be shared between the runs
@@ -86,42 +94,48 @@ def time_limits(state, settings, args):
         settings.num_classes, settings.input_size, settings.batch_size, settings.data, generator, device
     )
     generator.set_state(state["data_generator"].cpu())
-    runs = {factor: loss_run(state, settings, args, factor) for factor in args.limits}
+    runs = {
+        (factor, products): loss_run(state, settings, args, factor, products)
+        for factor in args.limits
+        for products in args.products
+    }
     reference = Run(
         pml_losses.ProxyAnchorLoss(settings.num_classes, settings.embedding_size).to(device),
         torch.nn.Linear(settings.input_size, settings.embedding_size).to(device),
         settings,
     )
     reference.load(copy.deepcopy(state["reference"]))
-    counts = {factor: [] for factor in runs}
+    counts = {key: [] for key in runs}
     for step in range(args.steps):
         inputs, labels = data.batch()
         reference.step(inputs, labels, step, timed=True)
-        for factor, run in runs.items():
+        for key, run in runs.items():
             run.step(inputs, labels, step, timed=True)
             nl = run.neighbors
             stats = nl.stats
-            counts[factor].append(
+            counts[key].append(
                 (stats.last_reanchored, stats.last_searched, stats.last_evaluated, nl.state.pairs.shape[1])
             )
     counted = range(args.skip, args.steps)
     n = settings.num_classes * 2
     dense = n * (n - 1) / 2
     baseline = statistics.median(reference.records[step]["seconds"] for step in counted)
-    print(f"{'limit':<7}{'pair_cost':>10}{'ms':>9}{'x PA':>7}{'re-anchored':>13}{'searched':>10}"
-          f"{'evaluated':>11}{'listed':>9}{'skin':>8}")  # fmt: skip
-    for factor, run in runs.items():
+    print(f"{'limit':<7}{'products':<10}{'pair_cost':>10}{'ms':>9}{'x PA':>7}{'re-anchored':>13}"
+          f"{'searched':>10}{'evaluated':>11}{'listed':>9}{'skin':>8}")  # fmt: skip
+    for (factor, products), run in runs.items():
         seconds = statistics.median(run.records[step]["seconds"] for step in counted)
-        rows = counts[factor][args.skip :]
+        rows = counts[factor, products][args.skip :]
         reanchored, searched, evaluated, listed = (statistics.mean(row[i] for row in rows) for i in range(4))
         print(
-            f"x{factor:<6g}{run.neighbors.pair_cost:>10.1f}{1000 * seconds:>9.1f}{seconds / baseline:>7.2f}"
-            f"{reanchored:>13.0f}{searched / dense:>10.3f}{evaluated:>11.0f}{listed:>9.0f}"
-            f"{run.neighbors.state.skin:>8.3f}"
+            f"x{factor:<6g}{products:<10}{run.neighbors.pair_cost:>10.1f}{1000 * seconds:>9.1f}"
+            f"{seconds / baseline:>7.2f}{reanchored:>13.0f}{searched / dense:>10.3f}{evaluated:>11.0f}"
+            f"{listed:>9.0f}{run.neighbors.state.skin:>8.3f}"
         )
     first, *others = (run.loss_fn.proxies for run in runs.values())
     same = all(torch.equal(first, other) for other in others)
-    print(f"the same proxies after {args.steps} steps for every limit: {'yes' if same else 'NO'}")
+    print(
+        f"the same proxies after {args.steps} steps for every limit and products: {'yes' if same else 'NO'}"
+    )
 
 
 def pair_blocks(groups, block_rows=1024):
@@ -222,6 +236,10 @@ def main():
     parser.add_argument(
         "--limits", type=float, nargs="*", default=[1, 2, 4, 8],
         help="size limits of the list, in units of the default (none: skip the timing)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--products", nargs="+", choices=list(PRODUCTS), default=["auto"],
+        help="the searches' matrix products, each timed (auto: bfloat16 where they pay on this CPU)",
     )  # fmt: skip
     parser.add_argument("--steps", type=int, default=40, help="steps trained from the state")
     parser.add_argument("--skip", type=int, default=5, help="first steps not counted (the rebuild)")

@@ -34,7 +34,7 @@ def pairs_set(pairs):
     return set(map(tuple, pairs.T.tolist()))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     seed=st.integers(0, 2**16),
     batch_size=st.integers(1, 12),
@@ -44,15 +44,17 @@ def pairs_set(pairs):
     delta=st.sampled_from([0.05, 0.3, 0.8]),
     repulsion_delta=st.sampled_from([0.05, 0.4, 1.2]),
     chunk_entries=st.sampled_from([1, 16, 2**22]),
-    dtype=st.sampled_from([torch.float32, torch.float64]),
+    precision=st.sampled_from(["float32", "float32-bfloat16-products", "float64"]),
 )
 def test_candidates_contain_every_pair_off_its_plateau(
-    seed, batch_size, num_classes, proxies_per_class, spread, delta, repulsion_delta, chunk_entries, dtype
+    seed, batch_size, num_classes, proxies_per_class, spread, delta, repulsion_delta, chunk_entries, precision
 ):
     """Every pair with an embedding in it, and every pair of two proxies of one class, whose
     exact (coordinate-difference, float64) distance is off its plateau is a candidate: a
     same-class pair farther than delta, a pair of different classes closer than
-    repulsion_delta. Each block's pairs are (i < j), in the canonical order."""
+    repulsion_delta, also when the products are bfloat16. Each block's pairs are (i < j), in
+    the canonical order."""
+    dtype = torch.float64 if precision == "float64" else torch.float32
     B, M, D = batch_size, proxies_per_class, 6
     n = num_classes * M
     points = clustered_points(seed, B + n, D, spread, dtype)
@@ -61,7 +63,10 @@ def test_candidates_contain_every_pair_off_its_plateau(
     point_labels = torch.cat([labels, torch.arange(num_classes).repeat_interleave(M)])
     embeddings, proxies = points[:B], points[B:]
 
-    blocks = embedding_candidates(points, B, point_labels, delta, repulsion_delta, chunk_entries)
+    low_points = points.bfloat16() if precision == "float32-bfloat16-products" else None
+    blocks, _ = embedding_candidates(
+        points, B, point_labels, delta, repulsion_delta, chunk_entries, low_points
+    )
     for block in blocks:
         assert (block[0] < block[1]).all()
         keys = block[0] * (B + n) + block[1]
@@ -81,6 +86,52 @@ def test_candidates_contain_every_pair_off_its_plateau(
             assert (i, j) in found, (i, j, sq[i, j].item())
         elif same[i, j]:
             assert (i, j) in found_within_class, (i, j, sq[i, j].item())
+
+
+def at_distance(point, distance, generator):
+    """A unit vector at ``distance`` from the unit vector ``point`` (float64)."""
+    other = torch.randn(point.shape, generator=generator, dtype=torch.float64)
+    other = torch.nn.functional.normalize(other - (other @ point) * point, dim=0)
+    cos = 1 - distance**2 / 2
+    return cos * point + (1 - cos**2) ** 0.5 * other
+
+
+@pytest.mark.parametrize("dim", [64, 512])
+def test_bfloat16_products_find_the_pairs_just_off_their_plateau(dim):
+    """Pairs placed just off their plateau (an embedding's own proxies 0.01-1 % beyond delta,
+    other classes' proxies as much within repulsion_delta), where a bfloat16 product's
+    rounding alone (about 0.01 in squared distance) would misjudge them: all are candidates
+    with bfloat16 products, and the pairs just on their plateau add no more than float32
+    products find."""
+    g = torch.Generator().manual_seed(dim)
+    B, delta, repulsion_delta = 8, 0.4, 0.5
+    embeddings = torch.nn.functional.normalize(torch.randn(B, dim, generator=g, dtype=torch.float64), dim=1)
+    ratios = [1.0001, 1.001, 1.01]
+    proxies, labels = [], []
+    for i, e in enumerate(embeddings):
+        for r in ratios:  # own class beyond delta, class B + i within repulsion_delta; both off plateau
+            proxies += [at_distance(e, delta * r, g), at_distance(e, repulsion_delta / r, g)]
+            labels += [i, B + i]
+    order = torch.tensor(labels).argsort(stable=True)  # class-major
+    points = torch.cat([embeddings, torch.stack(proxies)[order]]).float()
+    point_labels = torch.cat([torch.arange(B), torch.tensor(labels)[order]])
+    exact = points.double()
+    sq = (exact.unsqueeze(1) - exact.unsqueeze(0)).pow(2).sum(dim=2)[:B]
+    same = point_labels[:B].unsqueeze(1) == point_labels.unsqueeze(0)
+    off = torch.where(same, sq > delta**2, sq < repulsion_delta**2)
+    off &= torch.arange(B + len(proxies)).unsqueeze(0) > torch.arange(B).unsqueeze(1)
+    required = pairs_set(off.nonzero().T)
+    assert len(required) >= 2 * B * len(ratios)
+    found = {}
+    for name, low_points in [("float32", None), ("bfloat16", points.bfloat16())]:
+        blocks, undecided = embedding_candidates(
+            points, B, point_labels, delta, repulsion_delta, 2**22, low_points
+        )
+        found[name] = pairs_set(torch.cat(blocks, dim=1))
+        assert required <= found[name], name
+        # the pairs near the thresholds are what bfloat16 products leave to float32
+        assert (undecided >= len(required)) == (low_points is not None), (name, undecided)
+    assert found["bfloat16"] == found["float32"]
 
 
 @pytest.mark.parametrize("num_pairs", [0, 1, 40])

@@ -68,7 +68,9 @@ def test_dense_path_is_chosen_for_small_point_sets_only():
             loss_fn.double().proxies.copy_(proxies)
         values.append(loss_fn(x, labels))
         P = len(labels) + 2 * NUM_CLASSES
-        assert loss_fn.use_dense(P) == (dense if dense is not None else P * P * EMBEDDING_SIZE <= dense_entries)
+        assert loss_fn.use_dense(P) == (
+            dense if dense is not None else P * P * EMBEDDING_SIZE <= dense_entries
+        )
         assert (loss_fn.neighbor_list.stats.num_builds == 0) == loss_fn.use_dense(P)
     assert losses.PotentialFieldLoss(3, 4).dense is None
     for value in values[1:]:

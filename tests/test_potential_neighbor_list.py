@@ -26,19 +26,28 @@ def true_close_pairs(points, group_size, cutoff):
     return close & upper
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+# float32 and float64 points; float32 searched with bfloat16 products too
+PRECISIONS = [(torch.float32, False), (torch.float32, True), (torch.float64, False)]
+PRECISION_IDS = ["float32", "float32-bfloat16-products", "float64"]
+
+
+@pytest.mark.parametrize("dtype, bfloat16", PRECISIONS, ids=PRECISION_IDS)
 @pytest.mark.parametrize(
     "dim, n, group_size, cutoff, skin, speed",
     [(3, 240, 3, 0.2, 0.1, 0.03), (8, 150, 2, 0.5, 0.3, 0.1), (2, 120, 1, 0.1, 0.05, 0.02)],
 )
-def test_list_holds_every_close_pair_and_valid_clearances(dim, n, group_size, cutoff, skin, speed, dtype):
+def test_list_holds_every_close_pair_and_valid_clearances(
+    monkeypatch, dim, n, group_size, cutoff, skin, speed, dtype, bfloat16
+):
     """Random walks on the sphere (30% of the points move per step): the list
     always contains every pair of different groups closer than the cutoff, and
     every clearance is a lower bound of the reference distance to every point
     of another group that is not listed with it."""
+    monkeypatch.setattr(distances.Bfloat16Choice, "min_multiply_adds", 0)  # bfloat16 at any size
     g = torch.Generator().manual_seed(dim)
     points = torch.nn.functional.normalize(torch.randn(n, dim, generator=g, dtype=dtype), dim=1)
-    neighbors = NeighborList(chunk_entries=997, pair_cost=1)  # many blocks; the list is always kept
+    # many blocks; the list is always kept
+    neighbors = NeighborList(chunk_entries=997, pair_cost=1, bfloat16=bfloat16)
     groups = torch.arange(n) // group_size
     for _ in range(40):
         returned = neighbors.update(points, group_size, cutoff, skin)
@@ -123,15 +132,17 @@ def test_matches_dense_reference_at_every_training_step(name, skin):
     assert neighbors.stats.num_partial_rebuilds >= 5 and neighbors.state.pairs.shape[1] > 0
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-def test_dense_search_returns_the_close_pairs_and_agrees_with_the_list(dtype):
+@pytest.mark.parametrize("dtype, bfloat16", PRECISIONS, ids=PRECISION_IDS)
+def test_dense_search_returns_the_close_pairs_and_agrees_with_the_list(monkeypatch, dtype, bfloat16):
     """The other PairSearch: every update returns exactly the pairs of different groups
     within the cutoff (up to the rounding margin), after one search of all pairs; along a
-    random walk, the neighbour list returns the same pairs."""
+    random walk, the neighbour list returns the same pairs (its products in bfloat16 too)."""
+    monkeypatch.setattr(distances.Bfloat16Choice, "min_multiply_adds", 0)  # bfloat16 at any size
     g = torch.Generator().manual_seed(13)
     n, dim, group_size, cutoff, skin = 150, 3, 3, 0.25, 0.1
     points = torch.nn.functional.normalize(torch.randn(n, dim, generator=g, dtype=dtype), dim=1)
-    dense, neighbors = DenseSearch(chunk_entries=997), NeighborList(chunk_entries=997, pair_cost=1)
+    dense = DenseSearch(chunk_entries=997)
+    neighbors = NeighborList(chunk_entries=997, pair_cost=1, bfloat16=bfloat16)
     for step in range(20):
         returned = dense.update(points, group_size, cutoff, skin)
         listed = torch.zeros(n, n, dtype=torch.bool)
@@ -477,6 +488,79 @@ def test_switches_between_list_and_dense_builds_stay_exact():
     assert kept == [True] * 4 + [False] * 5 + [True] * 3
     stats = neighbors.stats
     assert stats.num_dense_builds == 1 and stats.num_dense_steps == 5 and stats.num_builds == 3
+
+
+def test_bfloat16_products_give_the_float32_searches_results_bit_for_bit(monkeypatch):
+    """The searches' products in bfloat16 (about 0.05 of margin in squared distance, the
+    pairs near the thresholds evaluated again in float32) change the work, never the result:
+    along a float32 trajectory through a kept list with re-anchoring, dense steps and back,
+    both losses give the same values and gradients bit for bit at every step, equal to the
+    dense path."""
+    monkeypatch.setattr(distances.Bfloat16Choice, "min_multiply_adds", 0)  # bfloat16 at any size
+    used = []
+    observe = distances.Bfloat16Choice.observe
+    monkeypatch.setattr(
+        distances.Bfloat16Choice,
+        "observe",
+        lambda self, *counts: used.append(counts) or observe(self, *counts),
+    )
+    g = torch.Generator().manual_seed(29)
+    C, M, D = 40, 2, 16
+    fast, plain = (scalable_loss("PFML", C, M, D).float() for _ in range(2))
+    fast.bfloat16_search, plain.bfloat16_search = True, False
+    x = torch.randn(24, D, generator=g)
+    labels = torch.randint(0, C, (24,), generator=g)
+    spread_out = torch.randn(C, M, D, generator=g)
+    clustered = torch.randn(D, generator=g) + 0.12 * torch.randn(C, M, D, generator=g)
+    for phase in [spread_out, clustered, spread_out]:
+        drift = torch.zeros(C, M, D)
+        for _ in range(8):  # a fifth of the proxies drift at each step
+            moving = torch.rand(C, M, 1, generator=g) < 0.2
+            drift += 0.15 * torch.randn(C, M, D, generator=g) * moving
+            results = []
+            for loss_fn in (fast, plain):
+                with torch.no_grad():
+                    loss_fn.proxies.copy_(phase + drift)
+                xg = x.clone().requires_grad_()
+                loss = loss_fn(xg, labels)
+                results.append([loss, *torch.autograd.grad(loss, [xg, loss_fn.proxies])])
+            assert all(torch.equal(a, b) for a, b in zip(*results))
+            check_dense_reference(fast, x, labels, results[0][0], results[0][1:], torch.float32)
+    assert fast.neighbor_list.bfloat16 and not plain.neighbor_list.bfloat16
+    # bfloat16 products for the embeddings at every step and for the re-anchorings
+    assert len(used) > 24 and any(undecided for undecided, _ in used)
+    stats = fast.neighbor_list.stats
+    assert stats.num_partial_rebuilds > 0 and stats.num_dense_steps > 0 and stats.num_builds >= 2
+
+
+def test_the_choice_of_bfloat16_products_leaves_the_random_state_and_follows_the_setting():
+    """Measuring whether bfloat16 products pay (once per process) leaves torch's global random
+    state as it was (fixed-seed runs stay the same); bfloat16_search None follows that
+    measurement, True and False force it, for float32 points only."""
+    distances.bfloat16_products_pay.cache_clear()
+    before = torch.get_rng_state()
+    pays = distances.bfloat16_products_pay()
+    assert torch.equal(torch.get_rng_state(), before) and isinstance(pays, bool)
+    loss_fn = scalable_loss("PFML", 10, 2, 8)
+    points32, points64 = torch.randn(5, 8), torch.randn(5, 8, dtype=torch.float64)
+    for setting, expected in [(None, pays), (True, True), (False, False)]:
+        loss_fn.bfloat16_search = setting
+        assert loss_fn.use_bfloat16_search(points32) == expected
+        assert not loss_fn.use_bfloat16_search(points64)
+
+
+def test_bfloat16_choice_keeps_products_only_while_they_pay():
+    """Bfloat16Choice: bfloat16 for products of at least min_multiply_adds while the share of
+    entries left undecided times pair_cost stays below one half; after a float32 choice,
+    bfloat16 again at every retry-th call."""
+    choice = distances.Bfloat16Choice()
+    large = choice.min_multiply_adds
+    assert not choice.use(72, large - 1) and choice.use(72, large)
+    choice.observe(undecided=10, entries=72_000)  # 0.01 of pair_cost: pays
+    assert choice.use(72, large)
+    choice.observe(undecided=1_000, entries=72_000)  # one pair_cost in 72 entries: does not
+    calls = [choice.use(72, large) for _ in range(2 * choice.retry)]
+    assert calls == ([False] * (choice.retry - 1) + [True]) * 2
 
 
 def test_a_dense_sweep_gives_up_counting_only_where_its_counts_exceed_the_number():

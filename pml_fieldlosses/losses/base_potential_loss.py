@@ -7,7 +7,7 @@ from pytorch_metric_learning.utils import common_functions as c_f
 from ..utils import checks
 from .mixins import CheckedForwardMixin
 from .potential.candidates import canonical_order, class_pairs, embedding_candidates
-from .potential.distances import full_precision_matmul, kept_buffer
+from .potential.distances import Bfloat16Choice, bfloat16_products_pay, full_precision_matmul, kept_buffer
 from .potential.energy import (
     PairPotential,
     dense_energies,
@@ -58,6 +58,11 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
     dense_entries = 2**20
     # skin of the proxy neighbour list, in units of repulsion_delta
     neighbor_skin = 1.0
+    # the searches' matrix products in bfloat16 for float32 points on a CPU, with their margin, the
+    # undecided pairs evaluated again in float32 (the same pairs, and the same loss bit for bit):
+    # None where they are at least twice as fast (bfloat16_products_pay), True always, False never
+    # (docs/derivations.md, "bfloat16 products, with their own margin")
+    bfloat16_search = None
 
     def __init__(
         self,
@@ -98,6 +103,8 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         # the search for the proxy pairs of different classes (a cache, not learnable state)
         self.neighbor_list = NeighborList(self.chunk_entries)
         self._search_points = None  # the searches' points (search_points; a cache)
+        self._low_points = None  # the same in bfloat16 (candidate_pairs; a cache)
+        self._bfloat16_choice = Bfloat16Choice()  # whether the embeddings' products are bfloat16
         self.add_to_recordable_attributes(
             list_of_names=[
                 "num_classes",
@@ -235,17 +242,37 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         a bool mask of the same-class pairs."""
         B = num_embeddings
         proxies = points[B:]
-        pairs = embedding_candidates(
-            points, B, point_labels, self.delta, self.repulsion_delta, self.chunk_entries
+        search = self.neighbor_list
+        search.bfloat16 = self.use_bfloat16_search(points)
+        low_points = None
+        pair_cost = NeighborList.default_pair_cost(points.shape[1])
+        if search.bfloat16 and self._bfloat16_choice.use(pair_cost, B * points.numel()):
+            # kept like search_points (an ordinary tensor also under torch.inference_mode())
+            with torch.inference_mode(False):
+                self._low_points = kept_buffer(self._low_points, points.shape, points, torch.bfloat16)
+                low_points = self._low_points.copy_(points)
+        pairs, undecided = embedding_candidates(
+            points, B, point_labels, self.delta, self.repulsion_delta, self.chunk_entries, low_points
         )
+        if low_points is not None:
+            self._bfloat16_choice.observe(undecided, B * len(points))
         # proxies of one class that may be farther apart than delta
         pairs.append(class_pairs(proxies, self.proxies_per_class, self.delta, self.gather_entries) + B)
         # proxies of different classes within repulsion_delta (by their coordinates)
-        search = self.neighbor_list
         search.chunk_entries, search.gather_entries = self.chunk_entries, self.gather_entries
         skin = self.neighbor_skin * self.repulsion_delta
         pairs.append(search.update(proxies, self.proxies_per_class, self.repulsion_delta, skin) + B)
         return canonical_order(torch.cat(pairs, dim=1), point_labels)
+
+    def use_bfloat16_search(self, points):
+        """Whether the searches multiply in bfloat16 (``bfloat16_search``), for these points: float32
+        on a CPU only (their margin assumes float32 sums, which CUDA's bfloat16 products need not
+        keep: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction)."""
+        if points.dtype != torch.float32 or points.device.type != "cpu":
+            return False
+        if self.bfloat16_search is None:
+            return bfloat16_products_pay()
+        return self.bfloat16_search
 
     def record_dense_stats(self, phi, same, potential):
         self.num_attraction_pairs, self.num_repulsion_pairs = off_plateau_pair_counts(phi, same, potential)

@@ -9,9 +9,11 @@ from typing import Optional
 import torch
 
 from .distances import (
+    Bfloat16Choice,
     full_precision_matmul,
     kept_buffer,
     pair_sq_distances_in_blocks,
+    refine_below,
     row_blocks,
     squared_distance_slack,
 )
@@ -113,8 +115,11 @@ class NeighborList(PairSearch):
     # resolution of the pair counts by distance in dense steps
     skin_bins = 64
 
-    def __init__(self, chunk_entries=2**22, pair_cost=None, adaptive_skin=True):
+    def __init__(self, chunk_entries=2**22, pair_cost=None, adaptive_skin=True, bfloat16=False):
         super().__init__(chunk_entries)
+        self.bfloat16 = bfloat16  # bfloat16 products for the searches of float32 points
+        # whether they pay, for builds and for re-anchorings (their entries differ)
+        self.bfloat16_choices = {"build": Bfloat16Choice(), "re-anchoring": Bfloat16Choice()}
         self.pair_cost = pair_cost  # None: default_pair_cost(dimension)
         self.adaptive_skin = adaptive_skin
         self.reset()
@@ -131,6 +136,7 @@ class NeighborList(PairSearch):
         self.state: Optional[ListState] = None
         self.motion: Optional[Motion] = None
         self._buffer: Optional[torch.Tensor] = None
+        self._low_buffer: Optional[torch.Tensor] = None
 
     def scratch(self, points):
         """An (n, D) tensor like ``points``, kept between updates for the n x D temporaries of an
@@ -138,11 +144,25 @@ class NeighborList(PairSearch):
         self._buffer = kept_buffer(self._buffer, points.shape, points)
         return self._buffer
 
+    def low_precision_copy(self, points, num_rows, choice):
+        """``points`` in bfloat16 (in a buffer kept between updates) for the products of a search
+        of ``num_rows`` of them against all (row_blocks) when ``bfloat16`` is set, they are
+        float32 and ``choice`` says they pay (Bfloat16Choice); else None."""
+        if not (self.bfloat16 and points.dtype == torch.float32):
+            return None
+        if not choice.use(self.pair_cost_of(points), num_rows * points.numel()):
+            return None
+        self._low_buffer = kept_buffer(self._low_buffer, points.shape, points, torch.bfloat16)
+        return self._low_buffer.copy_(points)
+
+    def pair_cost_of(self, points):
+        """``pair_cost`` for these points (the default for their dimension if None)."""
+        return self.pair_cost if self.pair_cost is not None else self.default_pair_cost(points.shape[1])
+
     def max_pairs(self, points):
         """The most pairs a kept list may hold."""
         n = len(points)
-        pair_cost = self.pair_cost if self.pair_cost is not None else self.default_pair_cost(points.shape[1])
-        return int(n * (n - 1) / 2 / max(pair_cost, 1.0))
+        return int(n * (n - 1) / 2 / max(self.pair_cost_of(points), 1.0))
 
     def choose_skin(self, max_skin):
         """The skin a build starts from: 2 target_steps speed, within [max_skin / 16, max_skin] (see
@@ -301,12 +321,13 @@ class NeighborList(PairSearch):
         anchored = moved.nonzero().squeeze(1)
         state.reference[anchored] = points[anchored]
         state.clearance[anchored] = math.inf
-        unmoved = ~(moved[state.pairs[0]] | moved[state.pairs[1]])
+        # the listed pairs of two unmoved points (one index for the three tensors of the list)
+        unmoved = (~(moved[state.pairs[0]] | moved[state.pairs[1]])).nonzero().squeeze(1)
         found = self._search(anchored, (~moved).nonzero().squeeze(1), build=False)
-        state.pairs = torch.cat([state.pairs[:, unmoved], found.pairs], dim=1)
-        state.separation = torch.cat([state.separation[unmoved], found.separation])
+        state.pairs = torch.cat([state.pairs.index_select(1, unmoved), found.pairs], dim=1)
+        state.separation = torch.cat([state.separation.index_select(0, unmoved), found.separation])
         unevaluated = torch.full_like(found.separation, -math.inf, dtype=torch.float64)
-        state.bound = torch.cat([state.bound[unmoved], unevaluated])
+        state.bound = torch.cat([state.bound.index_select(0, unmoved), unevaluated])
         self.stats.num_partial_rebuilds += 1
         self.stats.num_reanchored += len(anchored)
         self.stats.last_reanchored += len(anchored)
@@ -357,6 +378,8 @@ class NeighborList(PairSearch):
         groups = order // state.group_size
         slack = squared_distance_slack(ref)
         threshold = (state.cutoff + state.skin) ** 2 + slack
+        choice = self.bfloat16_choices["build" if build else "re-anchoring"]
+        low_ref = self.low_precision_copy(ref, len(rows), choice)
         close_threshold = state.cutoff**2 + slack
         max_pairs = self.max_pairs(ref)
         # the other members of each row's group, as positions in the order
@@ -364,8 +387,11 @@ class NeighborList(PairSearch):
         siblings = position[(groups * state.group_size).unsqueeze(1) + offsets]
         nearest = torch.full((len(order),), math.inf, dtype=ref.dtype, device=ref.device)
         kept, found, found_sq, close = True, [], [], []
-        for start, sq in row_blocks(ref, len(rows), self.chunk_entries):
+        undecided = 0
+        for start, sq, width in row_blocks(ref, len(rows), self.chunk_entries, low_ref):
             stop = start + len(sq)
+            # bfloat16 products (width > 0): exact below the radius, lower bounds beyond it
+            undecided += refine_below(ref, start, sq, width, threshold, self.gather_entries)
             self.stats.last_searched += sq.numel()
             row, col = (sq < threshold).nonzero().unbind(1)
             keep = (col > row) & (groups[row + start] != groups[col + start])
@@ -388,6 +414,8 @@ class NeighborList(PairSearch):
             if not kept:
                 # no list: only the pairs within the cutoff are extracted from now on
                 threshold = close_threshold
+        if low_ref is not None:
+            choice.observe(undecided, len(rows) * len(ref))
         lower_bound = (nearest - slack).clamp(min=0).sqrt()
         state.clearance[order] = torch.minimum(state.clearance[order], lower_bound)
         separation = (torch.cat(found_sq) - slack).clamp(min=0).sqrt() if found_sq else ref.new_empty(0)

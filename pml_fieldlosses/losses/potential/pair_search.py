@@ -113,7 +113,7 @@ def dense_sweep(points, group_size, cutoff, radii, chunk_entries, give_up=None):
         give_up_below = edges[0] + (give_up[0] + 0.5) * (edges[-1] - edges[0]) / bins
     below = 0
     close, searched = [], 0
-    for start, sq in row_blocks(points, n, chunk_entries):
+    for start, sq, _ in row_blocks(points, n, chunk_entries):
         searched += sq.numel()
         # only the upper triangle: row start + r against column start + c with c > r
         rows = len(sq)
