@@ -106,12 +106,16 @@ def test_potential_training_state_resumes_and_feeds_the_list_limit_benchmark(tmp
     result = refusal("bench_potential_training.py", other)
     assert result.returncode == 2 and "--delta 0.4 (this run: 0.3)" in result.stderr, result.stderr
 
-    args = f"{state} --loss PFML --limits 1 4 --steps 6 --skip 2 --threads 1 --projection-ranks 2 16 --shell"
+    args = (
+        f"{state} --loss PFML --limits 1 4 --products float32 bfloat16 --steps 6 --skip 2 --threads 1"
+        " --projection-ranks 2 16 --shell"
+    )
     out = run_script("bench_list_limit.py", args)
     for factor in ("x1", "x4"):
-        (row,) = [line.split() for line in out.splitlines() if line.startswith(factor + " ")]
-        assert float(row[2]) > 0 and float(row[3]) > 0, row  # ms and the ratio to ProxyAnchor
-    assert "the same proxies after 6 steps for every limit: yes" in out, out
+        rows = [line.split() for line in out.splitlines() if line.startswith(factor + " ")]
+        assert [row[1] for row in rows] == ["float32", "bfloat16"], out
+        assert all(float(row[3]) > 0 and float(row[4]) > 0 for row in rows), rows  # ms, ratio to PA
+    assert "the same proxies after 6 steps for every limit and products: yes" in out, out
     (header,) = [line for line in out.splitlines() if line.startswith("projection bound")]
     counts = re.search(r"(\d+) pairs of different classes, (\d+) within", header).groups()
     pairs, within = (int(count) for count in counts)
