@@ -7,7 +7,13 @@ from pytorch_metric_learning.utils import common_functions as c_f
 from ..utils import checks
 from .mixins import CheckedForwardMixin
 from .potential.candidates import canonical_order, class_pairs, embedding_candidates
-from .potential.distances import Bfloat16Choice, bfloat16_products_pay, full_precision_matmul, kept_buffer
+from .potential.distances import (
+    Bfloat16Choice,
+    bfloat16_copy,
+    bfloat16_products_pay,
+    full_precision_matmul,
+    kept_buffer,
+)
 from .potential.energy import (
     PairPotential,
     dense_energies,
@@ -249,8 +255,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         if search.bfloat16 and self._bfloat16_choice.use(pair_cost, B * points.numel()):
             # kept like search_points (an ordinary tensor also under torch.inference_mode())
             with torch.inference_mode(False):
-                self._low_points = kept_buffer(self._low_points, points.shape, points, torch.bfloat16)
-                low_points = self._low_points.copy_(points)
+                self._low_points = low_points = bfloat16_copy(self._low_points, points)
         pairs, undecided = embedding_candidates(
             points, B, point_labels, self.delta, self.repulsion_delta, self.chunk_entries, low_points
         )

@@ -35,6 +35,12 @@ def kept_buffer(buffer, shape, like, dtype=None):
     return buffer
 
 
+def bfloat16_copy(buffer, points):
+    """``points`` in bfloat16, written into ``buffer`` (``kept_buffer``: a new one if it does not
+    fit): the searches' factors for bfloat16 products."""
+    return kept_buffer(buffer, points.shape, points, torch.bfloat16).copy_(points)
+
+
 @functools.lru_cache(maxsize=None)
 def bfloat16_products_pay():
     """Whether a bfloat16 matrix product is at least twice as fast as a float32 one on this

@@ -10,6 +10,7 @@ import torch
 
 from .distances import (
     Bfloat16Choice,
+    bfloat16_copy,
     full_precision_matmul,
     kept_buffer,
     pair_sq_distances_in_blocks,
@@ -152,8 +153,8 @@ class NeighborList(PairSearch):
             return None
         if not choice.use(self.pair_cost_of(points), num_rows * points.numel()):
             return None
-        self._low_buffer = kept_buffer(self._low_buffer, points.shape, points, torch.bfloat16)
-        return self._low_buffer.copy_(points)
+        self._low_buffer = bfloat16_copy(self._low_buffer, points)
+        return self._low_buffer
 
     def pair_cost_of(self, points):
         """``pair_cost`` for these points (the default for their dimension if None)."""
