@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pml_fieldlosses import losses
 from pml_fieldlosses.losses.potential.candidates import class_pairs, embedding_candidates
-from pml_fieldlosses.losses.potential.distances import PairSqDistances, pair_sq_distances
+from pml_fieldlosses.losses.potential.distances import Bfloat16Factors, PairSqDistances, pair_sq_distances
 
 from .helpers import assert_close, gradients
 from .naive_potential import check_dense_reference
@@ -61,12 +61,10 @@ def test_candidates_contain_every_pair_off_its_plateau(
     g = torch.Generator().manual_seed(seed + 1)
     labels = torch.randint(0, num_classes, (B,), generator=g)
     point_labels = torch.cat([labels, torch.arange(num_classes).repeat_interleave(M)])
-    embeddings, proxies = points[:B], points[B:]
+    proxies = points[B:]
 
-    low_points = points.bfloat16() if precision == "float32-bfloat16-products" else None
-    blocks, _ = embedding_candidates(
-        points, B, point_labels, delta, repulsion_delta, chunk_entries, low_points
-    )
+    factors = Bfloat16Factors().update(points, B, 2**17) if precision == "float32-bfloat16-products" else None
+    blocks, _ = embedding_candidates(points, B, point_labels, delta, repulsion_delta, chunk_entries, factors)
     for block in blocks:
         assert (block[0] < block[1]).all()
         keys = block[0] * (B + n) + block[1]
@@ -100,7 +98,7 @@ def at_distance(point, distance, generator):
 def test_bfloat16_products_find_the_pairs_just_off_their_plateau(dim):
     """Pairs placed just off their plateau (an embedding's own proxies 0.01-1 % beyond delta,
     other classes' proxies as much within repulsion_delta), where a bfloat16 product's
-    rounding alone (about 0.01 in squared distance) would misjudge them: all are candidates
+    rounding alone (a few thousandths in squared distance) would misjudge them: all are candidates
     with bfloat16 products, and the pairs just on their plateau add no more than float32
     products find."""
     g = torch.Generator().manual_seed(dim)
@@ -123,15 +121,55 @@ def test_bfloat16_products_find_the_pairs_just_off_their_plateau(dim):
     required = pairs_set(off.nonzero().T)
     assert len(required) >= 2 * B * len(ratios)
     found = {}
-    for name, low_points in [("float32", None), ("bfloat16", points.bfloat16())]:
+    for name, factors in [("float32", None), ("bfloat16", Bfloat16Factors().update(points, B, 2**17))]:
         blocks, undecided = embedding_candidates(
-            points, B, point_labels, delta, repulsion_delta, 2**22, low_points
+            points, B, point_labels, delta, repulsion_delta, 2**22, factors
         )
         found[name] = pairs_set(torch.cat(blocks, dim=1))
         assert required <= found[name], name
         # the pairs near the thresholds are what bfloat16 products leave to float32
-        assert (undecided >= len(required)) == (low_points is not None), (name, undecided)
+        assert (undecided >= len(required)) == (factors is not None), (name, undecided)
     assert found["bfloat16"] == found["float32"]
+
+
+@pytest.mark.parametrize("dim", [1, 6, 64, 512])
+@pytest.mark.parametrize("kind", ["unit", "clustered", "scaled", "exact-in-bfloat16", "tiny-and-zero"])
+def test_bfloat16_factors_bound_every_squared_distance(dim, kind):
+    """Bfloat16Factors: for every pair of rows and columns, the lower bound is at most the exact
+    squared distance of the float32 points (float64), and the lower bound plus the width at
+    least it wherever the lower bound is below ``near``, for several ``near``; at D = 512 on
+    unit vectors the width near a cutoff of 0.4 is a few thousandths (the products' rounding
+    relative to the norms would be about 0.05)."""
+    g = torch.Generator().manual_seed(dim)
+    n, num_rows = 300, 40
+    if kind == "unit":
+        points = torch.nn.functional.normalize(torch.randn(n, dim, generator=g), dim=1)
+    elif kind == "clustered":
+        points = clustered_points(dim, n, dim, 0.05, torch.float32)
+    elif kind == "scaled":
+        points = 1e3 * torch.randn(n, dim, generator=g)
+    elif kind == "exact-in-bfloat16":
+        points = torch.randint(-8, 8, (n, dim), generator=g).float() / 4
+    else:
+        points = torch.randn(n, dim, generator=g) * torch.tensor([0.0, 1e-30, 1e-3, 1.0]).repeat(
+            n // 4
+        ).unsqueeze(1)
+    points[1] = points[0]  # a coincident pair
+    factors = Bfloat16Factors().update(points, num_rows, 2**10)  # several blocks of rows
+    exact = points.double()
+    sq = (exact[:num_rows].unsqueeze(1) - exact.unsqueeze(0)).pow(2).sum(dim=2)
+    typical = sq.median().item()
+    for near in [0.0, 0.16, typical / 2, typical, 2 * typical]:
+        scale, shift, width = factors.bounds(near)
+        for start, stop in [(0, num_rows), (7, 19)]:
+            lower = factors.lower_bounds(start, stop, 5, scale, shift).double()
+            assert lower.dtype == torch.float64 and lower.shape == (stop - start, n - 5)
+            truth = sq[start:stop, 5:]
+            assert (lower <= truth).all(), (near, (lower - truth).max().item())
+            below = lower < near
+            assert (truth[below] <= lower[below] + width).all(), (near, width)
+    if kind == "unit" and dim == 512:
+        assert factors.bounds(0.4**2)[2] < 0.01
 
 
 @pytest.mark.parametrize("num_pairs", [0, 1, 40])

@@ -491,8 +491,8 @@ def test_switches_between_list_and_dense_builds_stay_exact():
 
 
 def test_bfloat16_products_give_the_float32_searches_results_bit_for_bit(monkeypatch):
-    """The searches' products in bfloat16 (about 0.05 of margin in squared distance, the
-    pairs near the thresholds evaluated again in float32) change the work, never the result:
+    """The searches' products in bfloat16 (bounds a few thousandths apart in squared distance,
+    the pairs between them evaluated again in float32) change the work, never the result:
     along a float32 trajectory through a kept list with re-anchoring, dense steps and back,
     both losses give the same values and gradients bit for bit at every step, equal to the
     dense path."""
@@ -502,7 +502,7 @@ def test_bfloat16_products_give_the_float32_searches_results_bit_for_bit(monkeyp
     monkeypatch.setattr(
         distances.Bfloat16Choice,
         "observe",
-        lambda self, *counts: used.append(counts) or observe(self, *counts),
+        lambda self, *counts: used.append((self, *counts)) or observe(self, *counts),
     )
     g = torch.Generator().manual_seed(29)
     C, M, D = 40, 2, 16
@@ -527,8 +527,12 @@ def test_bfloat16_products_give_the_float32_searches_results_bit_for_bit(monkeyp
             assert all(torch.equal(a, b) for a, b in zip(*results))
             check_dense_reference(fast, x, labels, results[0][0], results[0][1:], torch.float32)
     assert fast.neighbor_list.bfloat16 and not plain.neighbor_list.bfloat16
-    # bfloat16 products for the embeddings at every step and for the re-anchorings
-    assert len(used) > 24 and any(undecided for undecided, _ in used)
+    # bfloat16 products for the embeddings at every step, the re-anchorings and the dense steps
+    assert len(used) > 24 and any(undecided for _, undecided, _ in used)
+    choices = fast.neighbor_list.bfloat16_choices
+    assert {"re-anchoring", "dense"} <= {
+        name for name, choice in choices.items() for c, *_ in used if c is choice
+    }
     stats = fast.neighbor_list.stats
     assert stats.num_partial_rebuilds > 0 and stats.num_dense_steps > 0 and stats.num_builds >= 2
 
@@ -584,6 +588,27 @@ def test_a_dense_sweep_gives_up_counting_only_where_its_counts_exceed_the_number
             if number in (-1, 10**9):
                 assert (sweep.counts is None) == (number == -1)
     assert gave_up > 16
+
+
+@pytest.mark.parametrize("dim", [8, 512])
+def test_a_dense_sweep_with_bfloat16_products_finds_and_counts_at_least_every_pair(dim):
+    """dense_sweep with Bfloat16Factors: its pairs contain every pair of different groups
+    within the cutoff by exact distances, and its counts are upper bounds: up to every radius,
+    at least as many as the pairs (of any groups) within it."""
+    g = torch.Generator().manual_seed(dim)
+    n, group_size, cutoff = 300, 3, 0.6 if dim == 8 else 1.35
+    points = torch.nn.functional.normalize(torch.randn(n, dim, generator=g), dim=1)
+    radii = cutoff + 0.3 * torch.arange(17, dtype=torch.float64) / 16
+    factors = distances.Bfloat16Factors().update(points, n, 2**12)
+    sweep = pair_search.dense_sweep(points, group_size, cutoff, radii, 2**12, factors=factors)
+    found = torch.zeros(n, n, dtype=torch.bool)
+    found[sweep.pairs[0], sweep.pairs[1]] = True
+    assert true_close_pairs(points, group_size, cutoff).any()
+    assert not (true_close_pairs(points, group_size, cutoff) & ~found).any()
+    exact = torch.cdist(points.double(), points.double()).triu(diagonal=1)
+    within = [((exact > 0) & (exact < r)).sum().item() for r in radii[1:].tolist()]
+    assert (torch.cumsum(sweep.counts, 0) >= torch.tensor(within, dtype=torch.float64)).all()
+    assert sweep.counts.sum() > 0
 
 
 def expanding_run(dtype):

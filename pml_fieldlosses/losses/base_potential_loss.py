@@ -9,7 +9,7 @@ from .mixins import CheckedForwardMixin
 from .potential.candidates import canonical_order, class_pairs, embedding_candidates
 from .potential.distances import (
     Bfloat16Choice,
-    bfloat16_copy,
+    Bfloat16Factors,
     bfloat16_products_pay,
     full_precision_matmul,
     kept_buffer,
@@ -109,7 +109,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         # the search for the proxy pairs of different classes (a cache, not learnable state)
         self.neighbor_list = NeighborList(self.chunk_entries)
         self._search_points = None  # the searches' points (search_points; a cache)
-        self._low_points = None  # the same in bfloat16 (candidate_pairs; a cache)
+        self._bfloat16_factors = Bfloat16Factors()  # the same in bfloat16 (candidate_pairs; a cache)
         self._bfloat16_choice = Bfloat16Choice()  # whether the embeddings' products are bfloat16
         self.add_to_recordable_attributes(
             list_of_names=[
@@ -250,16 +250,16 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         proxies = points[B:]
         search = self.neighbor_list
         search.bfloat16 = self.use_bfloat16_search(points)
-        low_points = None
+        factors = None
         pair_cost = NeighborList.default_pair_cost(points.shape[1])
         if search.bfloat16 and self._bfloat16_choice.use(pair_cost, B * points.numel()):
-            # kept like search_points (an ordinary tensor also under torch.inference_mode())
+            # kept like search_points (ordinary tensors also under torch.inference_mode())
             with torch.inference_mode(False):
-                self._low_points = low_points = bfloat16_copy(self._low_points, points)
+                factors = self._bfloat16_factors.update(points, B, self.gather_entries)
         pairs, undecided = embedding_candidates(
-            points, B, point_labels, self.delta, self.repulsion_delta, self.chunk_entries, low_points
+            points, B, point_labels, self.delta, self.repulsion_delta, self.chunk_entries, factors
         )
-        if low_points is not None:
+        if factors is not None:
             self._bfloat16_choice.observe(undecided, B * len(points))
         # proxies of one class that may be farther apart than delta
         pairs.append(class_pairs(proxies, self.proxies_per_class, self.delta, self.gather_entries) + B)

@@ -9,7 +9,6 @@ Points are numbered as in energy.py: the B embeddings, then the N M proxies, cla
 import torch
 
 from .distances import (
-    bfloat16_rounding_slack,
     pair_sq_distances_in_blocks,
     rounding_slack,
     sq_distance_block,
@@ -18,7 +17,7 @@ from .distances import (
 
 
 def embedding_candidates(
-    points, num_embeddings, point_labels, delta, repulsion_delta, chunk_entries, low_points=None
+    points, num_embeddings, point_labels, delta, repulsion_delta, chunk_entries, factors=None
 ):
     """The candidate pairs (i < j) with an embedding in them, as a list of (2, K) index tensors
     (one per block of rows, each in the canonical order), and how many entries bfloat16
@@ -32,25 +31,31 @@ def embedding_candidates(
     class's embeddings and proxies) are enumerated from the labels, so that a block is read
     once, for the pairs that may be within ``repulsion_delta``.
 
-    ``low_points``: the same points in bfloat16 (float32 ``points``), for a product several
-    times faster on CPUs with bfloat16 instructions, whose margin (bfloat16_rounding_slack) is
-    about 0.02 in squared distance: the pairs it leaves undecided are evaluated from their
-    float32 coordinates, so the candidates are the same as with a float32 product."""
+    ``factors``: the points' Bfloat16Factors (float32 ``points``, the embeddings as rows), for
+    a product several times faster on CPUs with bfloat16 instructions, whose bounds are a few
+    thousandths apart in squared distance near the thresholds: the pairs they leave
+    undecided are evaluated from their float32 coordinates, so the candidates are the same as
+    with a float32 product."""
     B = num_embeddings
     norms = torch.linalg.vector_norm(points, dim=1)
     max_norm = norms.max().item()
     slack = rounding_slack(max_norm, points.shape[1], points.dtype)
     att_threshold = delta**2 - slack
     rep_threshold = repulsion_delta**2 + slack
-    # the product's own margin beyond the float32 one (0 without bfloat16)
-    low_slack = 0.0 if low_points is None else bfloat16_rounding_slack(max_norm, points.shape[1])
-    product_points = points if low_points is None else low_points
+    low_slack = 0.0  # how far a product's value may be from the squared distance (bfloat16)
+    if factors is not None:
+        scale, shift, width = factors.bounds(max(att_threshold, rep_threshold))
+        # the middle of each entry's bounds, within half their width of its squared distance
+        shift, low_slack = shift - width / 2, width / 2
     sq_norms = norms.square()
     step = max(1, chunk_entries // len(points))
     pairs, undecided = [], 0
     for start in range(0, B, step):
         stop = min(start + step, B)
-        sq = sq_distance_block(product_points[start:stop], sq_norms[start:stop], product_points, sq_norms)
+        if factors is None:
+            sq = sq_distance_block(points[start:stop], sq_norms[start:stop], points, sq_norms)
+        else:
+            sq = factors.lower_bounds(start, stop, 0, scale, shift)
         # pairs of different classes that may be within repulsion_delta (i < j: every proxy comes
         # after every embedding)
         row, col = (sq < rep_threshold + low_slack).nonzero().unbind(1)

@@ -35,12 +35,6 @@ def kept_buffer(buffer, shape, like, dtype=None):
     return buffer
 
 
-def bfloat16_copy(buffer, points):
-    """``points`` in bfloat16, written into ``buffer`` (``kept_buffer``: a new one if it does not
-    fit): the searches' factors for bfloat16 products."""
-    return kept_buffer(buffer, points.shape, points, torch.bfloat16).copy_(points)
-
-
 @functools.lru_cache(maxsize=None)
 def bfloat16_products_pay():
     """Whether a bfloat16 matrix product is at least twice as fast as a float32 one on this
@@ -139,12 +133,13 @@ class Bfloat16Choice:
     last bfloat16 products left undecided, times ``pair_cost``, stays below ``saving``; after
     a float32 choice, bfloat16 products are tried again every ``retry`` calls (the share
     changes as the points move). Products of fewer than ``min_multiply_adds`` stay float32:
-    measured within training steps at N = 400 (256 x 1 056 x 512), a bfloat16 product saved
-    nothing there."""
+    below it the factors' rounding of all points (Bfloat16Factors.update) costs about what the
+    product saves (measured: 8 rows against 1 056 points, 2^22 multiply-adds, 97 us in
+    float32, 46 us in bfloat16)."""
 
     saving = 0.5
     retry = 16
-    min_multiply_adds = 2**28
+    min_multiply_adds = 2**24
 
     def __init__(self):
         self.undecided_share = 0.0  # of the last bfloat16 products' entries
@@ -163,19 +158,100 @@ class Bfloat16Choice:
         self.undecided_share = undecided / max(entries, 1)
 
 
-def bfloat16_rounding_slack(max_norm, dim):
-    """An upper bound on the error of ||a||^2 + ||b||^2 - 2 a.b when a.b is a bfloat16 matrix
-    product of float32 points of norm <= ``max_norm`` in ``dim`` dimensions: both factors
-    rounded to bfloat16 (relative error <= u = 2^-8 each), their products (exact in float32)
-    summed in float32 (<= gamma = dim 2^-24 / (1 - dim 2^-24) of the sum of their magnitudes),
-    the sum rounded to bfloat16 (<= u); so |a.b - product| <= ((1 + u)^3 (1 + gamma) - 1)
-    ||a|| ||b||, twice that in the squared distance, plus the float32 rounding of the rest
-    (rounding_slack) and 2^-100 for values flushed to zero. See docs/derivations.md, "bfloat16
-    products, with their own margin"."""
-    u, eps = 2.0**-8, 2.0**-24
-    gamma = dim * eps / (1 - dim * eps)
-    dot = ((1 + u) ** 3 * (1 + gamma) - 1) * max_norm**2
-    return 2 * dot + rounding_slack(max_norm, dim, torch.float32) + 2.0**-100
+class Bfloat16Factors:
+    """Float32 points rounded to bfloat16, as the two factors of one matrix product whose
+    entries are the squared distances of the rounded points: a row is [-2 p~, hi, lo, 1, 1]
+    and a column [q~, 1, 1, hi', lo'], where p~ is p rounded to bfloat16 and hi + lo its
+    squared norm ||p~||^2 split into two bfloat16 numbers, so that an entry is ||p~||^2 +
+    ||q~||^2 - 2 p~.q~ = ||p~ - q~||^2, rounded once to bfloat16. The entries then bound the
+    distances of the float32 points in distance, not in squared distance: ||p - q|| is within
+    ``radius`` (the largest ||p - p~||, twice) of ||p~ - q~||, so near a cutoff r the bounds
+    are about 4 r ``radius`` apart in squared distance, not the products' rounding relative to
+    ||p|| ||q||. See docs/derivations.md, "bfloat16 products, with their own margin".
+
+    The rows are the first ``num_rows`` points, the columns all of them (``update``); the
+    buffers are kept between updates and written in place (kept_buffer)."""
+
+    # |entry - its float32 sum| <= relative |entry|: one rounding to bfloat16 (unit roundoff
+    # 2^-8, relative to the exact sum, so 2^-8 / (1 - 2^-8) relative to the entry)
+    relative = 2.0**-8 * (1 + 2.0**-7)
+
+    def __init__(self):
+        self.rows = self.columns = None  # (num_rows, D + 4) and (n, D + 4) bfloat16
+        self._row_buffer = None  # rows is a view of its first num_rows
+        self.radius = 0.0  # >= ||p - p~|| + ||q - q~|| for any two points
+        self.error = 0.0  # >= |float32 sum of an entry's products - ||p~ - q~||^2|
+
+    def update(self, points, num_rows, gather_entries):
+        """The factors of float32 ``points`` (n, D) with their first ``num_rows`` as rows. Returns
+        self. The residuals p - p~ are computed in blocks of 4 ``gather_entries`` coordinates
+        (float32 temporaries of at most a few MB)."""
+        n, D = points.shape
+        self.columns = columns = kept_buffer(self.columns, (n, D + 4), points, torch.bfloat16)
+        # the most rows asked for so far: a re-anchoring's rows vary from step to step
+        kept_rows = num_rows if self._row_buffer is None else max(num_rows, len(self._row_buffer))
+        self._row_buffer = kept_buffer(self._row_buffer, (kept_rows, D + 4), points, torch.bfloat16)
+        self.rows = rows = self._row_buffer[:num_rows]
+        rounded = columns[:, :D].copy_(points)
+        sq_norms, residuals = points.new_empty(n), points.new_empty(n)
+        step = max(1, 4 * gather_entries // max(D, 1))
+        for start in range(0, n, step):
+            block = rounded[start : start + step].float()  # (a norm of the bfloat16 rows is slower)
+            torch.linalg.vector_norm(block, dim=1, out=sq_norms[start : start + step])
+            # p~ - p is exact in float32 (p~ is within a factor 2 of p, coordinate by coordinate)
+            torch.linalg.vector_norm(
+                block.sub_(points[start : start + step]), dim=1, out=residuals[start : start + step]
+            )
+        sq_norms.square_()
+        torch.mul(rounded[:num_rows], -2, out=rows[:, :D])  # exact
+        high = sq_norms.to(torch.bfloat16)
+        low = (sq_norms - high.float()).to(torch.bfloat16)  # the difference is exact in float32
+        rows[:, D], rows[:, D + 1], rows[:, D + 2 :] = high[:num_rows], low[:num_rows], 1
+        columns[:, D : D + 2], columns[:, D + 2], columns[:, D + 3] = 1, high, low
+        eps = 2.0**-24
+        # float32 sums of k terms err by at most gamma(k) times the sum of their magnitudes
+        gamma = lambda k: k * eps / (1 - k * eps)  # noqa: E731
+        # (the norms' and residuals' own float32 rounding: relative, within gamma(D) + 2^-22)
+        largest = (sq_norms.max().item() if n else 0.0) * (1 + 2 * gamma(D) + 2.0**-21)
+        self.radius = 2 * (residuals.max().item() if n else 0.0) * (1 + 2 * gamma(D) + 2.0**-21)
+        self.error = (
+            # the float32 sums of D + 4 exact products, whose magnitudes add up to <= 4.02 largest
+            4.02 * gamma(D + 4) * largest
+            # each norm as high + low (2^-16 relative) and as computed in float32
+            + 2 * (2.0**-16 + gamma(D) + 2.0**-21) * largest
+            # the float32 arithmetic on an entry (lower_bounds), and values flushed to zero
+            + 2.0**-18 * largest
+            + 2.0**-100
+        )
+        return self
+
+    def bounds(self, near):
+        """(scale, shift, width): ``scale * entry - shift`` is a lower bound of the squared
+        distance of the float32 points, tightest near the squared distance ``near``, and adding
+        ``width`` gives an upper bound for every entry whose lower bound is below ``near``.
+        From ||p - q|| within radius of sqrt(s), s = ||p~ - q~||^2, and (sqrt(s) -+ radius)^2
+        within s (1 -+ c) + radius^2 (1 -+ 1 / c) for any c > 0 (2 radius sqrt(s) <= c s +
+        radius^2 / c), c = radius / sqrt(near): equality at s = near."""
+        R, e, u = self.radius, self.error, self.relative
+        c = 0.0 if R == 0 else min(R / math.sqrt(near), 0.5) if near > 0 else 0.5
+        over_c = R * R / c if c else 0.0  # radius^2 / c (0 for points exact in bfloat16)
+        # s >= (1 - u) entry - e (entry >= 0; below 0 the bound is negative: still one)
+        scale = (1 - c) * (1 - u)
+        shift = (1 - c) * e + over_c - R * R
+        # s <= (1 + u) entry + e, and an entry's lower bound below near: entry <= (near + shift) / scale
+        highest = max(near + shift, 0.0) / scale
+        upper = (1 + c) * ((1 + u) * highest + e) + over_c + R * R
+        width = upper - (scale * highest - shift) + scale * e * (1 + u)  # + negative entries' room
+        return scale, shift, width
+
+    def lower_bounds(self, row_start, row_stop, column_start, scale, shift):
+        """The lower bounds (``bounds``) of the squared distances of rows row_start:row_stop
+        against the columns from ``column_start``, in float32: one bfloat16 product, scaled and
+        shifted in float32."""
+        product = torch.mm(self.rows[row_start:row_stop], self.columns[column_start:].T)
+        # in float32 first: an operation on bfloat16 and float32 tensors together takes a slow
+        # element-by-element path on CPU (20 times slower than the three passes)
+        return product.float().mul_(scale).sub_(shift)
 
 
 def block_rows(n, chunk_entries):
@@ -185,33 +261,28 @@ def block_rows(n, chunk_entries):
     return max(1, min(chunk_entries // max(1, n), -(-n // 8)))
 
 
-def row_blocks(points, num_rows, chunk_entries, low_points=None):
+def row_blocks(points, num_rows, chunk_entries, factors=None, near=0.0):
     """The squared distances of the first ``num_rows`` points to the later points, by matrix
     products in blocks of rows: yields (start, sq, width), sq[r, c] for points start + r and
     start + c (entries with c <= r are not pairs of a row with a later point): their squared
     distance is within [sq - slack, sq + width + slack], slack = squared_distance_slack(points).
 
-    Without ``low_points`` the products are float32 and width is 0. ``low_points``: the same
-    float32 points in bfloat16, for products several times faster on CPUs with bfloat16
-    instructions (bfloat16_products_pay); sq is then a lower bound and width twice
-    bfloat16_rounding_slack (about 0.05): refine_below makes the entries a caller reads exact."""
-    sq_norms = torch.linalg.vector_norm(points, dim=1).square()
+    Without ``factors`` the products are float32 and width is 0. ``factors``: the points'
+    Bfloat16Factors (updated for these points and rows), for products several times faster on
+    CPUs with bfloat16 instructions (bfloat16_products_pay); sq is then a lower bound, tightest
+    near the squared distance ``near``, and width (about 4 sqrt(near) radius) holds for the
+    entries below ``near``: refine_below makes the entries a caller reads exact."""
     step = block_rows(len(points), chunk_entries)
-    width = 0.0
-    if low_points is not None:
-        max_norm = sq_norms.max().sqrt().item() if len(points) else 0.0
-        width = 2 * bfloat16_rounding_slack(max_norm, points.shape[1])
-    product_points = points if low_points is None else low_points
-    # the lower bound: the products' values less half the width (on the column norms: no pass)
-    column_sq_norms = sq_norms - width / 2 if width else sq_norms
+    if factors is not None:
+        scale, shift, width = factors.bounds(near)
+        for start in range(0, num_rows, step):
+            yield start, factors.lower_bounds(start, min(start + step, num_rows), start, scale, shift), width
+        return
+    sq_norms = torch.linalg.vector_norm(points, dim=1).square()
     for start in range(0, num_rows, step):
         stop = min(start + step, num_rows)
-        rows, row_sq_norms = product_points[start:stop], sq_norms[start:stop]
-        yield (
-            start,
-            sq_distance_block(rows, row_sq_norms, product_points[start:], column_sq_norms[start:]),
-            width,
-        )
+        rows, row_sq_norms = points[start:stop], sq_norms[start:stop]
+        yield start, sq_distance_block(rows, row_sq_norms, points[start:], sq_norms[start:]), 0.0
 
 
 def refine_below(points, start, sq, width, threshold, gather_entries):
@@ -229,12 +300,6 @@ def refine_below(points, start, sq, width, threshold, gather_entries):
 def sq_distance_block(rows, row_sq_norms, columns, column_sq_norms):
     """||a - b||^2 = ||a||^2 + ||b||^2 - 2 a.b of each of ``rows`` against each of ``columns``,
     given their squared norms: one matrix product with the norms added to it (the expression
-    whose rounding rounding_slack bounds; no augmented copies of the points). Rows and columns
-    in bfloat16 (the norms in float32): a bfloat16 product, the rest in float32 (the
-    expression bfloat16_rounding_slack bounds)."""
-    if rows.dtype == torch.bfloat16:
-        # one pass: the bfloat16 product read as float32 by the addition
-        sq = torch.add(column_sq_norms.unsqueeze(0), torch.mm(rows, columns.T), alpha=-2)
-    else:
-        sq = torch.addmm(column_sq_norms.unsqueeze(0), rows, columns.T, alpha=-2)
+    whose rounding rounding_slack bounds; no augmented copies of the points)."""
+    sq = torch.addmm(column_sq_norms.unsqueeze(0), rows, columns.T, alpha=-2)
     return sq.add_(row_sq_norms.unsqueeze(1))

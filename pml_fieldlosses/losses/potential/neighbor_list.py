@@ -10,7 +10,7 @@ import torch
 
 from .distances import (
     Bfloat16Choice,
-    bfloat16_copy,
+    Bfloat16Factors,
     full_precision_matmul,
     kept_buffer,
     pair_sq_distances_in_blocks,
@@ -119,8 +119,8 @@ class NeighborList(PairSearch):
     def __init__(self, chunk_entries=2**22, pair_cost=None, adaptive_skin=True, bfloat16=False):
         super().__init__(chunk_entries)
         self.bfloat16 = bfloat16  # bfloat16 products for the searches of float32 points
-        # whether they pay, for builds and for re-anchorings (their entries differ)
-        self.bfloat16_choices = {"build": Bfloat16Choice(), "re-anchoring": Bfloat16Choice()}
+        # whether they pay, for builds, re-anchorings and dense steps (their entries differ)
+        self.bfloat16_choices = {name: Bfloat16Choice() for name in ("build", "re-anchoring", "dense")}
         self.pair_cost = pair_cost  # None: default_pair_cost(dimension)
         self.adaptive_skin = adaptive_skin
         self.reset()
@@ -137,7 +137,7 @@ class NeighborList(PairSearch):
         self.state: Optional[ListState] = None
         self.motion: Optional[Motion] = None
         self._buffer: Optional[torch.Tensor] = None
-        self._low_buffer: Optional[torch.Tensor] = None
+        self._factors = Bfloat16Factors()
 
     def scratch(self, points):
         """An (n, D) tensor like ``points``, kept between updates for the n x D temporaries of an
@@ -145,16 +145,15 @@ class NeighborList(PairSearch):
         self._buffer = kept_buffer(self._buffer, points.shape, points)
         return self._buffer
 
-    def low_precision_copy(self, points, num_rows, choice):
-        """``points`` in bfloat16 (in a buffer kept between updates) for the products of a search
-        of ``num_rows`` of them against all (row_blocks) when ``bfloat16`` is set, they are
-        float32 and ``choice`` says they pay (Bfloat16Choice); else None."""
+    def bfloat16_factors(self, points, num_rows, choice):
+        """The Bfloat16Factors of ``points`` (buffers kept between updates) for the products of a
+        search of the first ``num_rows`` of them against all (row_blocks) when ``bfloat16`` is
+        set, they are float32 and ``choice`` says they pay (Bfloat16Choice); else None."""
         if not (self.bfloat16 and points.dtype == torch.float32):
             return None
         if not choice.use(self.pair_cost_of(points), num_rows * points.numel()):
             return None
-        self._low_buffer = bfloat16_copy(self._low_buffer, points)
-        return self._low_buffer
+        return self._factors.update(points, num_rows, self.gather_entries)
 
     def pair_cost_of(self, points):
         """``pair_cost`` for these points (the default for their dimension if None)."""
@@ -353,7 +352,11 @@ class NeighborList(PairSearch):
         # more pairs than max_pairs in the bins up to the first whose skin reaches smallest_skin:
         # no skin of at least smallest_skin fits
         give_up = (reaching[0].item(), max_pairs) if len(radii) > 1 else None
-        sweep = dense_sweep(points, state.group_size, state.cutoff, radii, self.chunk_entries, give_up)
+        choice = self.bfloat16_choices["dense"]
+        factors = self.bfloat16_factors(points, len(points), choice)
+        sweep = dense_sweep(
+            points, state.group_size, state.cutoff, radii, self.chunk_entries, give_up, factors
+        )
         self.stats.last_searched += sweep.searched
         self.stats.num_dense_steps += 1
         if sweep.counts is not None:
@@ -362,7 +365,11 @@ class NeighborList(PairSearch):
             if largest > 0 and min(largest, chosen) >= smallest:
                 # from a skin whose pairs fit: the build need not shrink below smallest_skin
                 return self._build(points, state.group_size, state.cutoff, state.max_skin, largest)
-        return self.within_cutoff(points, sweep.pairs, state.cutoff)
+        pairs = self.within_cutoff(points, sweep.pairs, state.cutoff)
+        if factors is not None:
+            # the pairs read off only because of the bounds' width (with a float32 search's margin)
+            choice.observe(sweep.pairs.shape[1] - pairs.shape[1], sweep.searched)
+        return pairs
 
     def _search(self, rows, others, build):
         """The pairs within the radius (by reference positions) with at least one point in
@@ -380,7 +387,7 @@ class NeighborList(PairSearch):
         slack = squared_distance_slack(ref)
         threshold = (state.cutoff + state.skin) ** 2 + slack
         choice = self.bfloat16_choices["build" if build else "re-anchoring"]
-        low_ref = self.low_precision_copy(ref, len(rows), choice)
+        factors = self.bfloat16_factors(ref, len(rows), choice)
         close_threshold = state.cutoff**2 + slack
         max_pairs = self.max_pairs(ref)
         # the other members of each row's group, as positions in the order
@@ -389,7 +396,7 @@ class NeighborList(PairSearch):
         nearest = torch.full((len(order),), math.inf, dtype=ref.dtype, device=ref.device)
         kept, found, found_sq, close = True, [], [], []
         undecided = 0
-        for start, sq, width in row_blocks(ref, len(rows), self.chunk_entries, low_ref):
+        for start, sq, width in row_blocks(ref, len(rows), self.chunk_entries, factors, threshold):
             stop = start + len(sq)
             # bfloat16 products (width > 0): exact below the radius, lower bounds beyond it
             undecided += refine_below(ref, start, sq, width, threshold, self.gather_entries)
@@ -415,7 +422,7 @@ class NeighborList(PairSearch):
             if not kept:
                 # no list: only the pairs within the cutoff are extracted from now on
                 threshold = close_threshold
-        if low_ref is not None:
+        if factors is not None:
             choice.observe(undecided, len(rows) * len(ref))
         lower_bound = (nearest - slack).clamp(min=0).sqrt()
         state.clearance[order] = torch.minimum(state.clearance[order], lower_bound)

@@ -93,7 +93,7 @@ class Sweep:
     counts: Optional[torch.Tensor]
 
 
-def dense_sweep(points, group_size, cutoff, radii, chunk_entries, give_up=None):
+def dense_sweep(points, group_size, cutoff, radii, chunk_entries, give_up=None, factors=None):
     """One blocked search of all pairs (i < j) of points of different groups at ``cutoff``, with
     the rounding margin. From the same products, counts all pairs (i < j) by squared distance
     in ``len(radii) - 1`` equal bins between the squares of the first and last of ``radii``
@@ -101,7 +101,10 @@ def dense_sweep(points, group_size, cutoff, radii, chunk_entries, give_up=None):
     count in the first bin, pairs within a group count too, so the counts are upper bounds. One
     radius: no counts. ``give_up``: (bin, number): the counts stop, and are None, as soon as
     more than that number of pairs are found in the bins up to that one (below the middle of
-    that bin: a lower bound of their counts, whatever the rounding of the binning)."""
+    that bin: a lower bound of their counts, whatever the rounding of the binning).
+    ``factors``: the points' Bfloat16Factors (all of them as rows), for bfloat16 products: the
+    pairs are read off and counted by lower bounds of their squared distances, tightest at the
+    cutoff (row_blocks), so the pairs are still a superset and the counts upper bounds."""
     n = len(points)
     groups = torch.arange(n, device=points.device) // group_size
     slack = squared_distance_slack(points)
@@ -113,7 +116,7 @@ def dense_sweep(points, group_size, cutoff, radii, chunk_entries, give_up=None):
         give_up_below = edges[0] + (give_up[0] + 0.5) * (edges[-1] - edges[0]) / bins
     below = 0
     close, searched = [], 0
-    for start, sq, _ in row_blocks(points, n, chunk_entries):
+    for start, sq, _ in row_blocks(points, n, chunk_entries, factors, close_threshold):
         searched += sq.numel()
         # only the upper triangle: row start + r against column start + c with c > r
         rows = len(sq)
