@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 
 from pml_fieldlosses import losses
 from pml_fieldlosses.losses.potential.candidates import class_pairs, embedding_candidates
-from pml_fieldlosses.losses.potential.distances import Bfloat16Factors, PairSqDistances, pair_sq_distances
+from pml_fieldlosses.losses.potential.distances import (
+    Bfloat16Factors,
+    PairSqDistances,
+    pair_sq_distances,
+    padded_rows,
+)
 
 from .helpers import assert_close, gradients
 from .naive_potential import check_dense_reference
@@ -161,7 +166,7 @@ def test_bfloat16_factors_bound_every_squared_distance(dim, kind):
     typical = sq.median().item()
     for near in [0.0, 0.16, typical / 2, typical, 2 * typical]:
         scale, shift, width = factors.bounds(near)
-        for start, stop in [(0, num_rows), (7, 19)]:
+        for start, stop in [(0, num_rows), (7, 18), (0, 37)]:  # products of padded rows too
             lower = factors.lower_bounds(start, stop, 5, scale, shift).double()
             assert lower.dtype == torch.float64 and lower.shape == (stop - start, n - 5)
             truth = sq[start:stop, 5:]
@@ -170,6 +175,13 @@ def test_bfloat16_factors_bound_every_squared_distance(dim, kind):
             assert (truth[below] <= lower[below] + width).all(), (near, width)
     if kind == "unit" and dim == 512:
         assert factors.bounds(0.4**2)[2] < 0.01
+
+
+def test_padded_rows_are_few_shapes_at_most_a_quarter_larger():
+    sizes = [padded_rows(k) for k in range(1, 5000)]
+    assert all(k <= size <= max(k * 5 // 4, k) for k, size in zip(range(1, 5000), sizes))
+    assert sorted(set(sizes)) == sorted(set(padded_rows(size) for size in sizes))  # idempotent
+    assert len(set(sizes)) < 60
 
 
 @pytest.mark.parametrize("num_pairs", [0, 1, 40])

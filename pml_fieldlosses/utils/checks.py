@@ -30,7 +30,9 @@ def check_embeddings(embeddings, embedding_size=None, name="embeddings", finite=
         raise ValueError(
             f"{name} have dimension {embeddings.shape[1]}, but the loss was built with embedding_size={embedding_size}"
         )
-    if finite and not torch.isfinite(embeddings).all():
+    # the largest magnitude is NaN or inf exactly when a value is (amax propagates NaN): one
+    # reduction, several times faster than isfinite(...).all() on a CPU
+    if finite and not torch.isfinite(embeddings.detach().abs().amax()):
         raise ValueError(f"{name} contain NaN or inf values")
 
 

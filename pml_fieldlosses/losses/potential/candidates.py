@@ -91,8 +91,9 @@ def decide(points, start, row, col, sq, low_slack, is_candidate):
         return is_candidate(sq), 0
     certain = is_candidate(sq + low_slack)
     undecided = (~certain & is_candidate(sq - low_slack)).nonzero().squeeze(1)
-    exact = pair_sq_distances_in_blocks(points, torch.stack([row[undecided] + start, col[undecided]]), 2**17)
-    certain[undecided] = is_candidate(exact)
+    if len(undecided):
+        pairs = torch.stack([row[undecided] + start, col[undecided]])
+        certain[undecided] = is_candidate(pair_sq_distances_in_blocks(points, pairs, 2**17))
     return certain, len(undecided)
 
 
