@@ -16,6 +16,7 @@ from pml_fieldlosses.losses.potential.candidates import class_pairs, embedding_c
 from pml_fieldlosses.losses.potential.distances import (
     Bfloat16Factors,
     PairSqDistances,
+    entries_below,
     pair_sq_distances,
     padded_rows,
 )
@@ -175,6 +176,36 @@ def test_bfloat16_factors_bound_every_squared_distance(dim, kind):
             assert (truth[below] <= lower[below] + width).all(), (near, width)
     if kind == "unit" and dim == 512:
         assert factors.bounds(0.4**2)[2] < 0.01
+
+
+def test_bfloat16_factors_of_the_later_points_are_views_with_the_same_bounds():
+    """Bfloat16Factors.tail: the factors of the points from some index on, every point a row,
+    bound their squared distances (as the neighbour list's dense steps use the loss's)."""
+    g = torch.Generator().manual_seed(3)
+    points = torch.nn.functional.normalize(torch.randn(90, 16, generator=g), dim=1)
+    factors = Bfloat16Factors().update(points, 90, 2**10)
+    tail = factors.tail(30)
+    assert tail.rows.data_ptr() == factors.rows[30:].data_ptr() and tail.radius == factors.radius
+    exact = points[30:].double()
+    sq = (exact.unsqueeze(1) - exact.unsqueeze(0)).pow(2).sum(dim=2)
+    scale, shift, width = tail.bounds(0.5)
+    lower = tail.lower_bounds(0, 60, 0, scale, shift).double()
+    assert (lower <= sq).all() and (sq[lower < 0.5] <= lower[lower < 0.5] + width).all()
+
+
+@pytest.mark.parametrize("share", [0.0, 1e-4, 0.01, 0.5, 1.0])
+def test_entries_below_equal_nonzero(share):
+    """entries_below: the same indices, in the same order, as (sq < threshold).nonzero(), for
+    masks from empty to full, with NaN and inf entries and empty blocks."""
+    g = torch.Generator().manual_seed(int(share * 1e4))
+    for shape in [(0, 5), (5, 0), (1, 1), (37, 101), (300, 40)]:
+        sq = 1 + torch.rand(shape, generator=g)
+        sq[torch.rand(shape, generator=g) < share] = 0.5
+        if sq.numel():
+            sq.view(-1)[::7] = float("nan")
+            sq.view(-1)[3::11] = float("inf")
+        expected = (sq < 0.9).nonzero().unbind(1)
+        assert all(torch.equal(a, b) for a, b in zip(entries_below(sq, 0.9), expected))
 
 
 def test_padded_rows_are_few_shapes_at_most_a_quarter_larger():

@@ -253,9 +253,11 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         factors = None
         pair_cost = NeighborList.default_pair_cost(points.shape[1])
         if search.bfloat16 and self._bfloat16_choice.use(pair_cost, B * points.numel()):
+            # every point a row too when the search's next update would take the proxies' factors
+            num_rows = len(points) if search.wants_factors() else B
             # kept like search_points (ordinary tensors also under torch.inference_mode())
             with torch.inference_mode(False):
-                factors = self._bfloat16_factors.update(points, B, self.gather_entries)
+                factors = self._bfloat16_factors.update(points, num_rows, self.gather_entries)
         pairs, undecided = embedding_candidates(
             points, B, point_labels, self.delta, self.repulsion_delta, self.chunk_entries, factors
         )
@@ -266,7 +268,10 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         # proxies of different classes within repulsion_delta (by their coordinates)
         search.chunk_entries, search.gather_entries = self.chunk_entries, self.gather_entries
         skin = self.neighbor_skin * self.repulsion_delta
-        pairs.append(search.update(proxies, self.proxies_per_class, self.repulsion_delta, skin) + B)
+        proxy_factors = factors.tail(B) if factors is not None and len(factors.rows) == len(points) else None
+        pairs.append(
+            search.update(proxies, self.proxies_per_class, self.repulsion_delta, skin, proxy_factors) + B
+        )
         return canonical_order(torch.cat(pairs, dim=1), point_labels)
 
     def use_bfloat16_search(self, points):

@@ -9,6 +9,7 @@ Points are numbered as in energy.py: the B embeddings, then the N M proxies, cla
 import torch
 
 from .distances import (
+    entries_below,
     pair_sq_distances_in_blocks,
     rounding_slack,
     sq_distance_block,
@@ -58,7 +59,7 @@ def embedding_candidates(
             sq = factors.lower_bounds(start, stop, 0, scale, shift)
         # pairs of different classes that may be within repulsion_delta (i < j: every proxy comes
         # after every embedding)
-        row, col = (sq < rep_threshold + low_slack).nonzero().unbind(1)
+        row, col = entries_below(sq, rep_threshold + low_slack)
         keep = (col > row + start) & (point_labels[row + start] != point_labels[col])
         row, col = row[keep], col[keep]
         near, near_undecided = decide(

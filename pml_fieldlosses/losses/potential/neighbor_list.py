@@ -179,17 +179,21 @@ class NeighborList(PairSearch):
             return 0.0
         return 2 * self.min_steps * self.motion.speed
 
-    def update(self, points, group_size, cutoff, skin):
+    def update(self, points, group_size, cutoff, skin, factors=None):
         try:
             # ordinary tensors in the state, also when called under torch.inference_mode(): the
             # state is edited in place by later calls, in or out of inference mode
             with torch.inference_mode(False), torch.no_grad(), full_precision_matmul():
-                return self._update(points.detach(), group_size, cutoff, skin)
+                return self._update(points.detach(), group_size, cutoff, skin, factors)
         except BaseException:
             self.reset()  # a half-made state could miss pairs: the next call builds
             raise
 
-    def _update(self, points, group_size, cutoff, skin):
+    def wants_factors(self):
+        """A dense step comes next (a list was given up), with bfloat16 products allowed."""
+        return self.bfloat16 and self.state is not None and not self.state.kept
+
+    def _update(self, points, group_size, cutoff, skin, factors):
         self.stats.start_update()
         if self._stale(points, group_size, cutoff, skin):
             odometer = torch.zeros(len(points), dtype=torch.float64, device=points.device)
@@ -197,7 +201,7 @@ class NeighborList(PairSearch):
             pairs = self._build(points, group_size, cutoff, skin)
         else:
             self._measure_speed(points)
-            pairs = self._follow(points) if self.state.kept else self._dense_step(points)
+            pairs = self._follow(points) if self.state.kept else self._dense_step(points, factors)
             self.motion.previous.copy_(points)
         self.stats.last_returned = pairs.shape[1]
         return pairs
@@ -332,7 +336,7 @@ class NeighborList(PairSearch):
         self.stats.num_reanchored += len(anchored)
         self.stats.last_reanchored += len(anchored)
 
-    def _dense_step(self, points):
+    def _dense_step(self, points, factors=None):
         """The pairs within the cutoff of the current positions, by one blocked search; builds (and keeps
         the list) instead once the largest skin whose pairs fit in a kept list is at least
         ``smallest_skin`` (the search counts the pairs by distance, between the cutoff and the
@@ -353,7 +357,8 @@ class NeighborList(PairSearch):
         # no skin of at least smallest_skin fits
         give_up = (reaching[0].item(), max_pairs) if len(radii) > 1 else None
         choice = self.bfloat16_choices["dense"]
-        factors = self.bfloat16_factors(points, len(points), choice)
+        if factors is None:  # (else the caller's, of these points: wants_factors)
+            factors = self.bfloat16_factors(points, len(points), choice)
         sweep = dense_sweep(
             points, state.group_size, state.cutoff, radii, self.chunk_entries, give_up, factors
         )
@@ -399,9 +404,9 @@ class NeighborList(PairSearch):
         for start, sq, width in row_blocks(ref, len(rows), self.chunk_entries, factors, threshold):
             stop = start + len(sq)
             # bfloat16 products (width > 0): exact below the radius, lower bounds beyond it
-            undecided += refine_below(ref, start, sq, width, threshold, self.gather_entries)
+            row, col, evaluated = refine_below(ref, start, sq, width, threshold, self.gather_entries)
+            undecided += evaluated
             self.stats.last_searched += sq.numel()
-            row, col = (sq < threshold).nonzero().unbind(1)
             keep = (col > row) & (groups[row + start] != groups[col + start])
             if kept:
                 found.append(torch.stack([row[keep], col[keep]]) + start)

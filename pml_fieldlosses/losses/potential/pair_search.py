@@ -10,7 +10,13 @@ from typing import Optional
 
 import torch
 
-from .distances import full_precision_matmul, pair_sq_distances_in_blocks, row_blocks, squared_distance_slack
+from .distances import (
+    entries_below,
+    full_precision_matmul,
+    pair_sq_distances_in_blocks,
+    row_blocks,
+    squared_distance_slack,
+)
 
 
 @dataclass
@@ -51,11 +57,18 @@ class PairSearch:
         self.chunk_entries = chunk_entries
         self.stats = SearchStats()
 
-    def update(self, points, group_size, cutoff, skin):
+    def update(self, points, group_size, cutoff, skin, factors=None):
         """Returns a (2, K) int64 tensor of pairs (i < j) of points of different groups that
         contains every such pair whose distance computed from coordinates is below ``cutoff``.
-        ``skin``: how far beyond the cutoff a search that keeps state may look."""
+        ``skin``: how far beyond the cutoff a search that keeps state may look. ``factors``:
+        the points' Bfloat16Factors with every point a row, when the caller has them
+        (``wants_factors``); a search may use them for bfloat16 products."""
         raise NotImplementedError
+
+    def wants_factors(self):
+        """Whether the next update would use the points' Bfloat16Factors (update's
+        ``factors``)."""
+        return False
 
     def within_cutoff(self, points, pairs, cutoff):
         """The ``pairs`` read off a search's products (with a margin) that are within the cutoff
@@ -67,10 +80,10 @@ class PairSearch:
 
 class DenseSearch(PairSearch):
     """Every update is one blocked search of all n (n - 1) / 2 pairs at the cutoff (the dense
-    computation's cost): no state, ``skin`` unused. The baseline of NeighborList, which does
+    computation's cost), in float32: no state, ``skin`` and ``factors`` unused. The baseline of NeighborList, which does
     the same in its dense steps."""
 
-    def update(self, points, group_size, cutoff, skin=0.0):
+    def update(self, points, group_size, cutoff, skin=0.0, factors=None):
         with torch.no_grad(), full_precision_matmul():
             points = points.detach()
             self.stats.start_update()
@@ -121,7 +134,7 @@ def dense_sweep(points, group_size, cutoff, radii, chunk_entries, give_up=None, 
         # only the upper triangle: row start + r against column start + c with c > r
         rows = len(sq)
         sq[:, :rows].masked_fill_(torch.ones(rows, rows, dtype=torch.bool, device=sq.device).tril(), math.inf)
-        row, col = (sq < close_threshold).nonzero().unbind(1)
+        row, col = entries_below(sq, close_threshold)
         keep = groups[row + start] != groups[col + start]
         close.append(torch.stack([row[keep], col[keep]]) + start)
         if counts is not None and give_up is not None:
@@ -130,5 +143,13 @@ def dense_sweep(points, group_size, cutoff, radii, chunk_entries, give_up=None, 
                 counts = None
         if counts is not None:
             # the pairs within the cutoff count in the first bin
-            counts += torch.histc(sq.clamp_(min=edges[0]), bins, edges[0], edges[-1])
+            counts += bin_counts(sq, edges[0], edges[-1], bins)
     return Sweep(torch.cat(close, dim=1), searched, counts)
+
+
+def bin_counts(values, low, high, bins):
+    """How many ``values`` fall in each of ``bins`` equal bins between ``low`` and ``high``, those
+    below ``low`` in the first, those from ``high`` on in none (float64): torch.histc's
+    binning, twice as fast on CPU (one scaling, one bincount). Overwrites ``values``."""
+    index = values.sub_(low).mul_(bins / (high - low)).clamp_(0, bins).to(torch.int32)
+    return torch.bincount(index.view(-1), minlength=bins + 1)[:bins].to(torch.float64)
