@@ -151,5 +151,5 @@ def bin_counts(values, low, high, bins):
     """How many ``values`` fall in each of ``bins`` equal bins between ``low`` and ``high``, those
     below ``low`` in the first, those from ``high`` on in none (float64): torch.histc's
     binning, twice as fast on CPU (one scaling, one bincount). Overwrites ``values``."""
-    index = values.sub_(low).mul_(bins / (high - low)).clamp_(0, bins).to(torch.int32)
+    index = values.sub_(low).mul_(bins / (high - low)).clamp_(0, bins).long()
     return torch.bincount(index.view(-1), minlength=bins + 1)[:bins].to(torch.float64)
