@@ -556,7 +556,8 @@ def test_the_choice_of_bfloat16_products_leaves_the_random_state_and_follows_the
 def test_bfloat16_choice_keeps_products_only_while_they_pay():
     """Bfloat16Choice: bfloat16 for products of at least min_multiply_adds while the share of
     entries left undecided times pair_cost stays below one half; after a float32 choice,
-    bfloat16 again at every retry-th call."""
+    bfloat16 again at the retry-th call, waiting twice as long after each try that did not
+    pay (up to max_retry)."""
     choice = distances.Bfloat16Choice()
     large = choice.min_multiply_adds
     assert not choice.use(72, large - 1) and choice.use(72, large)
@@ -565,6 +566,18 @@ def test_bfloat16_choice_keeps_products_only_while_they_pay():
     choice.observe(undecided=1_000, entries=72_000)  # one pair_cost in 72 entries: does not
     calls = [choice.use(72, large) for _ in range(2 * choice.retry)]
     assert calls == ([False] * (choice.retry - 1) + [True]) * 2
+    # each try that does not pay doubles the wait, up to max_retry; one that pays resets it
+    waits = []
+    for _ in range(6):
+        calls = 1
+        while not choice.use(72, large):
+            calls += 1
+        waits.append(calls)
+        choice.observe(undecided=1_000, entries=72_000)
+    assert waits == [min(choice.retry * 2**k, choice.max_retry) for k in range(6)]
+    assert choice.wait == choice.max_retry
+    choice.observe(undecided=10, entries=72_000)
+    assert choice.wait == choice.retry and choice.use(72, large)
 
 
 def test_a_dense_sweep_gives_up_counting_only_where_its_counts_exceed_the_number():

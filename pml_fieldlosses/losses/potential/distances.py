@@ -130,32 +130,48 @@ class Bfloat16Choice:
     """Whether a search's next products are bfloat16: they cost about a quarter of float32
     ones per entry, but every entry they leave undecided is evaluated again from its
     coordinates at ``pair_cost`` entries' cost. They are used while the share of entries the
-    last bfloat16 products left undecided, times ``pair_cost``, stays below ``saving``; after
-    a float32 choice, bfloat16 products are tried again every ``retry`` calls (the share
-    changes as the points move). Products of fewer than ``min_multiply_adds`` stay float32:
-    below it the factors' rounding of all points (Bfloat16Factors.update) costs about what the
-    product saves (measured: 8 rows against 1 056 points, 2^22 multiply-adds, 97 us in
-    float32, 46 us in bfloat16)."""
+    last bfloat16 products left undecided, times ``pair_cost``, stays below ``saving``. After
+    a float32 choice they are tried again after ``retry`` calls (the share changes as the
+    points move), and after each try that does not pay twice as many, up to ``max_retry``:
+    the embeddings' search in the first steps, whose undecided entries thin out within a few
+    steps, tries again soon; a search whose entries within its radius are all evaluated again
+    (a re-anchoring of many listed pairs) seldom. Products of fewer than
+    ``min_multiply_adds`` stay float32: below it the factors' rounding of all points
+    (Bfloat16Factors.update) costs about what the product saves (measured: 8 rows against
+    1 056 points, 2^22 multiply-adds, 97 us in float32, 46 us in bfloat16)."""
 
     saving = 0.5
-    retry = 4  # a bfloat16 try that does not pay costs about what float32 would
+    retry = 4
+    max_retry = 64
     min_multiply_adds = 2**24
 
     def __init__(self):
         self.undecided_share = 0.0  # of the last bfloat16 products' entries
         self.calls_since = 0  # float32 choices since the last bfloat16 products
+        self.wait = self.retry  # calls until the next try
+        self.trying = False  # the last bfloat16 products were a try (the last ones did not pay)
+        self._pair_cost = 0.0  # of the last use
 
     def use(self, pair_cost, multiply_adds):
         if multiply_adds < self.min_multiply_adds:
             return False
-        if self.undecided_share * pair_cost < self.saving or self.calls_since + 1 >= self.retry:
+        self._pair_cost = pair_cost
+        self.trying = not self.pays(pair_cost)
+        if not self.trying or self.calls_since + 1 >= self.wait:
             self.calls_since = 0
             return True
         self.calls_since += 1
         return False
 
+    def pays(self, pair_cost):
+        return self.undecided_share * pair_cost < self.saving
+
     def observe(self, undecided, entries):
+        """The last bfloat16 products (after a use that returned True) left ``undecided`` of
+        their ``entries`` to be evaluated again."""
         self.undecided_share = undecided / max(entries, 1)
+        failed_try = self.trying and not self.pays(self._pair_cost)
+        self.wait = min(2 * self.wait, self.max_retry) if failed_try else self.retry
 
 
 def padded_rows(num_rows):
