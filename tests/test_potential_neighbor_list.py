@@ -624,6 +624,20 @@ def test_a_dense_sweep_with_bfloat16_products_finds_and_counts_at_least_every_pa
     assert sweep.counts.sum() > 0
 
 
+def test_bin_counts_bins_as_histc_does():
+    """bin_counts: the counts of torch.histc on values clamped to the first bin, up to values on
+    a bin's edge (rounding), with NaN and values from the top edge on in no bin."""
+    g = torch.Generator().manual_seed(2)
+    values = torch.rand(300, 70, generator=g) * 1.2
+    values[0, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.16])
+    expected = torch.histc(values.clamp(min=0.16), 64, 0.16, 0.64).double()
+    counts = pair_search.bin_counts(values.clone(), 0.16, 0.64, 64)
+    assert counts.dtype == torch.float64 and counts.shape == (64,)
+    assert (counts - expected).abs().sum() <= 4 and abs(counts.sum() - expected.sum()) <= 2
+    finite = values[values.isfinite() | (values == -float("inf"))].double()
+    assert abs(counts.sum().item() - (finite < 0.64).sum().item()) <= 2  # NaN and inf in no bin
+
+
 def expanding_run(dtype):
     """Points of 60 groups of 2 that start clustered (no list fits: dense steps) and spread
     out step by step until a list fits and is kept; per update, whether a list is kept, the

@@ -80,8 +80,8 @@ class PairSearch:
 
 class DenseSearch(PairSearch):
     """Every update is one blocked search of all n (n - 1) / 2 pairs at the cutoff (the dense
-    computation's cost), in float32: no state, ``skin`` and ``factors`` unused. The baseline of NeighborList, which does
-    the same in its dense steps."""
+    computation's cost), in float32: no state, ``skin`` and ``factors`` unused. The baseline of
+    NeighborList, which does the same in its dense steps."""
 
     def update(self, points, group_size, cutoff, skin=0.0, factors=None):
         with torch.no_grad(), full_precision_matmul():
@@ -149,7 +149,7 @@ def dense_sweep(points, group_size, cutoff, radii, chunk_entries, give_up=None, 
 
 def bin_counts(values, low, high, bins):
     """How many ``values`` fall in each of ``bins`` equal bins between ``low`` and ``high``, those
-    below ``low`` in the first, those from ``high`` on in none (float64): torch.histc's
+    below ``low`` in the first, those from ``high`` on and NaN in none (float64): torch.histc's
     binning, twice as fast on CPU (one scaling, one bincount). Overwrites ``values``."""
-    index = values.sub_(low).mul_(bins / (high - low)).clamp_(0, bins).long()
+    index = values.nan_to_num_(nan=high).sub_(low).mul_(bins / (high - low)).clamp_(0, bins).long()
     return torch.bincount(index.view(-1), minlength=bins + 1)[:bins].to(torch.float64)
