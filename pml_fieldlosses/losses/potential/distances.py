@@ -316,7 +316,7 @@ def row_blocks(points, num_rows, chunk_entries, factors=None, near=0.0):
     Bfloat16Factors (updated for these points and rows), for products several times faster on
     CPUs with bfloat16 instructions (bfloat16_products_pay); sq is then a lower bound, tightest
     near the squared distance ``near``, and width (about 4 sqrt(near) radius) holds for the
-    entries below ``near``: refine_below makes the entries a caller reads exact."""
+    entries below ``near``."""
     if factors is not None:
         # bfloat16 products cost less against the work around each block: at least 4 blocks
         # (measured at n = 800: 4 blocks 0.88 ms, 8 blocks 1.02 ms, 16 blocks 1.49 ms)
@@ -345,21 +345,6 @@ def entries_below(sq, threshold):
         return (sq < threshold).nonzero().unbind(1)
     row, col = (sq[rows] < threshold).nonzero().unbind(1)
     return rows[row], col
-
-
-def refine_below(points, start, sq, width, threshold, gather_entries):
-    """The entries (row, col) of a row_blocks block ``sq`` (rows from ``start``) below
-    ``threshold`` (row-major), and how many were evaluated from coordinates: with bfloat16
-    products (``width`` > 0) the entries whose lower bound is below it are first made exact
-    (within squared_distance_slack) from their float32 coordinates, in ``sq``; the others are
-    lower bounds of at least the threshold. None are evaluated with float32 products."""
-    row, col = entries_below(sq, threshold)
-    if width == 0:
-        return row, col, 0
-    exact = pair_sq_distances_in_blocks(points, torch.stack([row, col]) + start, gather_entries)
-    sq[row, col] = exact
-    below = exact < threshold
-    return row[below], col[below], len(exact)
 
 
 def sq_distance_block(rows, row_sq_norms, columns, column_sq_norms):

@@ -11,10 +11,10 @@ import torch
 from .distances import (
     Bfloat16Choice,
     Bfloat16Factors,
+    entries_below,
     full_precision_matmul,
     kept_buffer,
     pair_sq_distances_in_blocks,
-    refine_below,
     row_blocks,
     squared_distance_slack,
 )
@@ -400,12 +400,11 @@ class NeighborList(PairSearch):
         siblings = position[(groups * state.group_size).unsqueeze(1) + offsets]
         nearest = torch.full((len(order),), math.inf, dtype=ref.dtype, device=ref.device)
         kept, found, found_sq, close = True, [], [], []
-        undecided = 0
         for start, sq, width in row_blocks(ref, len(rows), self.chunk_entries, factors, threshold):
             stop = start + len(sq)
-            # bfloat16 products (width > 0): exact below the radius, lower bounds beyond it
-            row, col, evaluated = refine_below(ref, start, sq, width, threshold, self.gather_entries)
-            undecided += evaluated
+            # with bfloat16 products (width > 0) the entries are lower bounds: the pairs listed are
+            # a superset and their separations lower bounds, which is all the list needs
+            row, col = entries_below(sq, threshold)
             self.stats.last_searched += sq.numel()
             keep = (col > row) & (groups[row + start] != groups[col + start])
             if kept:
@@ -427,8 +426,6 @@ class NeighborList(PairSearch):
             if not kept:
                 # no list: only the pairs within the cutoff are extracted from now on
                 threshold = close_threshold
-        if factors is not None:
-            choice.observe(undecided, len(rows) * len(ref))
         lower_bound = (nearest - slack).clamp(min=0).sqrt()
         state.clearance[order] = torch.minimum(state.clearance[order], lower_bound)
         separation = (torch.cat(found_sq) - slack).clamp(min=0).sqrt() if found_sq else ref.new_empty(0)
