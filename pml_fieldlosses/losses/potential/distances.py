@@ -134,8 +134,8 @@ class Bfloat16Choice:
     a float32 choice they are tried again after ``retry`` calls (the share changes as the
     points move), and after each try that does not pay twice as many, up to ``max_retry``:
     the embeddings' search in the first steps, whose undecided entries thin out within a few
-    steps, tries again soon; a search whose entries within its radius are all evaluated again
-    (a re-anchoring of many listed pairs) seldom. Products of fewer than
+    steps, tries again soon; a dense step among many pairs just beyond its cutoff seldom.
+    Products of fewer than
     ``min_multiply_adds`` stay float32: below it the factors' rounding of all points
     (Bfloat16Factors.update) costs about what the product saves (measured: 8 rows against
     1 056 points, 2^22 multiply-adds, 97 us in float32, 46 us in bfloat16)."""
