@@ -497,11 +497,19 @@ def test_bfloat16_products_give_the_float32_searches_results_bit_for_bit(monkeyp
     a kept list with re-anchoring, dense steps and back, both losses give the same values and
     gradients bit for bit at every step, equal to the dense path."""
     monkeypatch.setattr(distances.Bfloat16Choice, "min_multiply_adds", 0)  # bfloat16 at any size
-    used, observed = [], []
+    used, observed, searched = [], [], []
     use, observe = distances.Bfloat16Choice.use, distances.Bfloat16Choice.observe
     monkeypatch.setattr(
         distances.Bfloat16Choice, "use", lambda self, *a: use(self, *a) and (used.append(self) or True)
     )
+    factors_of = neighbor_list.NeighborList.bfloat16_factors
+
+    def recording_factors_of(search, points, num_rows, *args):
+        factors = factors_of(search, points, num_rows, *args)
+        searched.append((num_rows, len(points), factors is not None))
+        return factors
+
+    monkeypatch.setattr(neighbor_list.NeighborList, "bfloat16_factors", recording_factors_of)
     monkeypatch.setattr(
         distances.Bfloat16Choice,
         "observe",
@@ -531,11 +539,11 @@ def test_bfloat16_products_give_the_float32_searches_results_bit_for_bit(monkeyp
             check_dense_reference(fast, x, labels, results[0][0], results[0][1:], torch.float32)
     assert fast.neighbor_list.bfloat16 and not plain.neighbor_list.bfloat16
     # bfloat16 products for the embeddings at every step, the re-anchorings and the dense steps
-    assert len(used) > 24 and any(undecided for _, undecided, _ in observed)
-    choices = fast.neighbor_list.bfloat16_choices
-    assert "re-anchoring" in {name for name, choice in choices.items() if choice in used}
+    assert used.count(fast._bfloat16_choice) == 24 and any(undecided for _, undecided, _ in observed)
+    # a re-anchoring: bfloat16 products of fewer rows than points
+    assert any(rows < points and bfloat16 for rows, points, bfloat16 in searched)
     # (a dense step takes the loss's factors of the proxies, and observes what they left)
-    assert any(choice is choices["dense"] for choice, *_ in observed)
+    assert any(choice is fast.neighbor_list.dense_choice for choice, *_ in observed)
     stats = fast.neighbor_list.stats
     assert stats.num_partial_rebuilds > 0 and stats.num_dense_steps > 0 and stats.num_builds >= 2
 

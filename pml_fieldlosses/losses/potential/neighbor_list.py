@@ -119,8 +119,9 @@ class NeighborList(PairSearch):
     def __init__(self, chunk_entries=2**22, pair_cost=None, adaptive_skin=True, bfloat16=False):
         super().__init__(chunk_entries)
         self.bfloat16 = bfloat16  # bfloat16 products for the searches of float32 points
-        # whether they pay, for builds, re-anchorings and dense steps (their entries differ)
-        self.bfloat16_choices = {name: Bfloat16Choice() for name in ("build", "re-anchoring", "dense")}
+        # whether they pay for dense steps (builds and re-anchorings evaluate nothing again: they
+        # use them whenever their products are large enough)
+        self.dense_choice = Bfloat16Choice()
         self.pair_cost = pair_cost  # None: default_pair_cost(dimension)
         self.adaptive_skin = adaptive_skin
         self.reset()
@@ -145,13 +146,19 @@ class NeighborList(PairSearch):
         self._buffer = kept_buffer(self._buffer, points.shape, points)
         return self._buffer
 
-    def bfloat16_factors(self, points, num_rows, choice):
+    def bfloat16_factors(self, points, num_rows, choice=None):
         """The Bfloat16Factors of ``points`` (buffers kept between updates) for the products of a
         search of the first ``num_rows`` of them against all (row_blocks) when ``bfloat16`` is
-        set, they are float32 and ``choice`` says they pay (Bfloat16Choice); else None."""
+        set, they are float32 and ``choice`` says they pay (Bfloat16Choice; without one, when
+        the products have at least its min_multiply_adds); else None."""
         if not (self.bfloat16 and points.dtype == torch.float32):
             return None
-        if not choice.use(self.pair_cost_of(points), num_rows * points.numel()):
+        multiply_adds = num_rows * points.numel()
+        if choice is None:
+            pays = multiply_adds >= Bfloat16Choice.min_multiply_adds
+        else:
+            pays = choice.use(self.pair_cost_of(points), multiply_adds)
+        if not pays:
             return None
         return self._factors.update(points, num_rows, self.gather_entries)
 
@@ -356,7 +363,7 @@ class NeighborList(PairSearch):
         # more pairs than max_pairs in the bins up to the first whose skin reaches smallest_skin:
         # no skin of at least smallest_skin fits
         give_up = (reaching[0].item(), max_pairs) if len(radii) > 1 else None
-        choice = self.bfloat16_choices["dense"]
+        choice = self.dense_choice
         if factors is None:  # (else the caller's, of these points: wants_factors)
             factors = self.bfloat16_factors(points, len(points), choice)
         sweep = dense_sweep(
@@ -391,8 +398,7 @@ class NeighborList(PairSearch):
         groups = order // state.group_size
         slack = squared_distance_slack(ref)
         threshold = (state.cutoff + state.skin) ** 2 + slack
-        choice = self.bfloat16_choices["build" if build else "re-anchoring"]
-        factors = self.bfloat16_factors(ref, len(rows), choice)
+        factors = self.bfloat16_factors(ref, len(rows))
         close_threshold = state.cutoff**2 + slack
         max_pairs = self.max_pairs(ref)
         # the other members of each row's group, as positions in the order
