@@ -250,7 +250,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         proxies = points[B:]
         search = self.neighbor_list
         search.bfloat16 = self.use_bfloat16_search(points)
-        factors = None
+        factors = proxy_factors = None
         pair_cost = NeighborList.default_pair_cost(points.shape[1])
         if search.bfloat16 and self._bfloat16_choice.use(pair_cost, B * points.numel()):
             # every point a row too when the search's next update would take the proxies' factors
@@ -258,8 +258,17 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
             # kept like search_points (ordinary tensors also under torch.inference_mode())
             with torch.inference_mode(False):
                 factors = self._bfloat16_factors.update(points, num_rows, self.gather_entries)
+            if num_rows == len(points):
+                proxy_factors = factors.tail(B)
         pairs, undecided = embedding_candidates(
-            points, B, point_labels, self.delta, self.repulsion_delta, self.chunk_entries, factors
+            points,
+            B,
+            point_labels,
+            self.delta,
+            self.repulsion_delta,
+            self.chunk_entries,
+            factors,
+            self.gather_entries,
         )
         if factors is not None:
             self._bfloat16_choice.observe(undecided, B * len(points))
@@ -268,7 +277,6 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         # proxies of different classes within repulsion_delta (by their coordinates)
         search.chunk_entries, search.gather_entries = self.chunk_entries, self.gather_entries
         skin = self.neighbor_skin * self.repulsion_delta
-        proxy_factors = factors.tail(B) if factors is not None and len(factors.rows) == len(points) else None
         pairs.append(
             search.update(proxies, self.proxies_per_class, self.repulsion_delta, skin, proxy_factors) + B
         )

@@ -18,7 +18,14 @@ from .distances import (
 
 
 def embedding_candidates(
-    points, num_embeddings, point_labels, delta, repulsion_delta, chunk_entries, factors=None
+    points,
+    num_embeddings,
+    point_labels,
+    delta,
+    repulsion_delta,
+    chunk_entries,
+    factors=None,
+    gather_entries=2**17,
 ):
     """The candidate pairs (i < j) with an embedding in them, as a list of (2, K) index tensors
     (one per block of rows, each in the canonical order), and how many entries bfloat16
@@ -35,8 +42,8 @@ def embedding_candidates(
     ``factors``: the points' Bfloat16Factors (float32 ``points``, the embeddings as rows), for
     a product several times faster on CPUs with bfloat16 instructions, whose bounds are a few
     thousandths apart in squared distance near the thresholds: the pairs they leave
-    undecided are evaluated from their float32 coordinates, so the candidates are the same as
-    with a float32 product."""
+    undecided are evaluated from their float32 coordinates (``gather_entries`` coordinates at a
+    time), so the candidates are the same as with a float32 product."""
     B = num_embeddings
     norms = torch.linalg.vector_norm(points, dim=1)
     max_norm = norms.max().item()
@@ -63,13 +70,20 @@ def embedding_candidates(
         keep = (col > row + start) & (point_labels[row + start] != point_labels[col])
         row, col = row[keep], col[keep]
         near, near_undecided = decide(
-            points, start, row, col, sq[row, col], low_slack, lambda sq: sq < rep_threshold
+            points, start, row, col, sq[row, col], low_slack, lambda sq: sq < rep_threshold, gather_entries
         )
         # pairs of one class that may be farther than delta
         row_same, col_same = same_class_entries(point_labels, B, start, stop)
         sq_same = sq[row_same, col_same]
         far, far_undecided = decide(
-            points, start, row_same, col_same, sq_same, -low_slack, lambda sq: sq > att_threshold
+            points,
+            start,
+            row_same,
+            col_same,
+            sq_same,
+            -low_slack,
+            lambda sq: sq > att_threshold,
+            gather_entries,
         )
         undecided += near_undecided + far_undecided
         found = torch.cat(
@@ -81,20 +95,20 @@ def embedding_candidates(
     return pairs, undecided
 
 
-def decide(points, start, row, col, sq, low_slack, is_candidate):
+def decide(points, start, row, col, sq, low_slack, is_candidate, gather_entries):
     """Which of the entries (row, col) of a block (rows from ``start``) with product values
     ``sq`` are candidates by ``is_candidate`` (a test of a float32 squared distance): with
     bfloat16 products (``low_slack`` != 0: how far the test's threshold moves for the product's
     margin), the entries whose value is within the margin of the threshold are evaluated from
-    their float32 coordinates (exact near 0, as the energies compute them). Returns the mask
-    and how many were evaluated again."""
+    their float32 coordinates (exact near 0, as the energies compute them), ``gather_entries``
+    coordinates at a time. Returns the mask and how many were evaluated again."""
     if low_slack == 0:
         return is_candidate(sq), 0
     certain = is_candidate(sq + low_slack)
     undecided = (~certain & is_candidate(sq - low_slack)).nonzero().squeeze(1)
     if len(undecided):
         pairs = torch.stack([row[undecided] + start, col[undecided]])
-        certain[undecided] = is_candidate(pair_sq_distances_in_blocks(points, pairs, 2**17))
+        certain[undecided] = is_candidate(pair_sq_distances_in_blocks(points, pairs, gather_entries))
     return certain, len(undecided)
 
 
