@@ -64,6 +64,25 @@ def test_bad_calls_raise_clear_errors(loss_name, bad):
         LOSSES[loss_name]()(*args)
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize(
+    "loss_name, dense",
+    [(name, dense) for name in sorted(NEEDS_NUM_CLASSES) for dense in ([True, False] if "Potential" in name else [None])],
+)
+def test_non_finite_learned_parameters_are_named(loss_name, dense, value):
+    """A NaN or inf in a loss's own parameters (a diverged step, a bad checkpoint) is named,
+    never a NaN loss, nor a finite one from the potential losses' searches (dense=False),
+    which would not find the pairs of a NaN proxy."""
+    loss_fn = LOSSES[loss_name]()
+    if dense is not None:
+        loss_fn.dense = dense
+    (name, parameter), *_ = loss_fn.named_parameters()
+    with torch.no_grad():
+        parameter.view(-1)[3] = value
+    with pytest.raises(ValueError, match=rf"{type(loss_fn).__name__}\.{name} contain NaN or inf"):
+        loss_fn(x, y)
+
+
 def test_bad_reference_set_for_class_wise_multi_similarity():
     loss_fn = losses.ClassWiseMultiSimilarityLoss()
     with pytest.raises(ValueError, match="ref_emb have dimension 5"):

@@ -107,6 +107,7 @@ class BaseMeanFieldLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
     def compute_loss(self, embeddings, labels, indices_tuple, ref_emb, ref_labels):
         checks.ref_not_supported(self, embeddings, labels, ref_emb, ref_labels)
         self.cast_types(embeddings.dtype, embeddings.device)
+        checks.check_finite(self.mean_fields, f"{type(self).__name__}.mean_fields")
         loss_dict = self.compute_data_loss(embeddings, labels, indices_tuple)
         loss_dict["mf_reg_loss"] = self.mean_field_regularization()
         self.add_weight_regularization_to_loss_dict(loss_dict, self.mean_fields)

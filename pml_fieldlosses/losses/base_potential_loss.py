@@ -155,6 +155,8 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         embeddings = self.distance.maybe_normalize(embeddings)
         # PML's regularizers take one row per vector: (num_classes * proxies_per_class, D)
         raw_proxies = self.proxies.reshape(-1, self.embedding_size)
+        # (a NaN proxy would make the dense energies NaN, and drop out of the searches' pairs)
+        checks.check_finite(raw_proxies, f"{type(self).__name__}.proxies")
         point_labels = torch.cat([labels, self.proxy_labels(labels.device)])
         if self.use_dense(len(point_labels)):
             energies = self.dense_energies(

