@@ -67,7 +67,11 @@ def test_bad_calls_raise_clear_errors(loss_name, bad):
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
 @pytest.mark.parametrize(
     "loss_name, dense",
-    [(name, dense) for name in sorted(NEEDS_NUM_CLASSES) for dense in ([True, False] if "Potential" in name else [None])],
+    [
+        (name, dense)
+        for name in sorted(NEEDS_NUM_CLASSES)
+        for dense in ([True, False] if "Potential" in name else [None])
+    ],
 )
 def test_non_finite_learned_parameters_are_named(loss_name, dense, value):
     """A NaN or inf in a loss's own parameters (a diverged step, a bad checkpoint) is named,

@@ -5,6 +5,8 @@ the list as a cache (in-place changes, dtype changes, state_dict, no-grad
 calls), and the work per step when the proxies cluster as in real training."""
 
 import copy
+import dataclasses
+import math
 
 import pytest
 import torch
@@ -12,7 +14,7 @@ import torch
 from pml_fieldlosses import losses
 from pml_fieldlosses.losses.potential import distances, neighbor_list, pair_search
 from pml_fieldlosses.losses.potential.neighbor_list import NeighborList
-from pml_fieldlosses.losses.potential.pair_search import DenseSearch
+from pml_fieldlosses.losses.potential.pair_search import DenseSearch, bin_threshold
 
 from .helpers import assert_close
 from .naive_potential import check_dense_reference, dense_reference
@@ -591,34 +593,29 @@ def test_bfloat16_choice_keeps_products_only_while_they_pay():
     assert choice.wait == choice.retry and choice.use(72, large)
 
 
-def test_a_dense_sweep_gives_up_counting_only_where_its_counts_exceed_the_number():
-    """dense_sweep's give_up: the same pairs and work; the same counts, or None only where
-    the counts up to the bin exceed the number (so a skin reaching that bin would not fit)."""
+@pytest.mark.parametrize("products", ["float32", "bfloat16"])
+def test_a_dense_sweep_counts_within_a_bin_as_its_whole_counts_do(products):
+    """dense_sweep's within_bin: the same pairs and work as the whole counts, and the number of
+    pairs the counts put in the bins up to that one, exactly, for every bin."""
     g = torch.Generator().manual_seed(5)
     points = torch.nn.functional.normalize(torch.randn(300, 8, generator=g), dim=1)
     radii = 0.6 + 0.5 * torch.arange(17, dtype=torch.float64) / 16
-    full = pair_search.dense_sweep(points, 3, 0.6, radii, 2**12)
+    factors = distances.Bfloat16Factors().update(points, 300, 2**12) if products == "bfloat16" else None
+    full = pair_search.dense_sweep(points, 3, 0.6, radii, 2**12, factors)
     cumulative = torch.cumsum(full.counts, 0)
-    gave_up = 0
+    assert 0 < cumulative[0] < cumulative[-1]
     for bin in range(16):
-        for number in [-1, 0, 100, cumulative[bin].item() - 1, cumulative[bin].item(), 10**9]:
-            sweep = pair_search.dense_sweep(points, 3, 0.6, radii, 2**12, give_up=(bin, number))
-            assert torch.equal(sweep.pairs, full.pairs) and sweep.searched == full.searched
-            if sweep.counts is None:
-                gave_up += 1
-                assert cumulative[bin] > number
-            else:
-                assert torch.equal(sweep.counts, full.counts)
-            if number in (-1, 10**9):
-                assert (sweep.counts is None) == (number == -1)
-    assert gave_up > 16
+        sweep = pair_search.dense_sweep(points, 3, 0.6, radii, 2**12, factors, within_bin=bin)
+        assert torch.equal(sweep.pairs, full.pairs) and sweep.searched == full.searched
+        assert sweep.counts is None and sweep.within == cumulative[bin].item()
+    assert full.within is None
 
 
 @pytest.mark.parametrize("dim", [8, 512])
 def test_a_dense_sweep_with_bfloat16_products_finds_and_counts_at_least_every_pair(dim):
     """dense_sweep with Bfloat16Factors: its pairs contain every pair of different groups
     within the cutoff by exact distances, and its counts are upper bounds: up to every radius,
-    at least as many as the pairs (of any groups) within it."""
+    at least as many as the pairs of different groups within it."""
     g = torch.Generator().manual_seed(dim)
     n, group_size, cutoff = 300, 3, 0.6 if dim == 8 else 1.35
     points = torch.nn.functional.normalize(torch.randn(n, dim, generator=g), dim=1)
@@ -629,10 +626,23 @@ def test_a_dense_sweep_with_bfloat16_products_finds_and_counts_at_least_every_pa
     found[sweep.pairs[0], sweep.pairs[1]] = True
     assert true_close_pairs(points, group_size, cutoff).any()
     assert not (true_close_pairs(points, group_size, cutoff) & ~found).any()
+    groups = torch.arange(n) // group_size
     exact = torch.cdist(points.double(), points.double()).triu(diagonal=1)
+    exact[groups.unsqueeze(1) == groups.unsqueeze(0)] = 0
     within = [((exact > 0) & (exact < r)).sum().item() for r in radii[1:].tolist()]
     assert (torch.cumsum(sweep.counts, 0) >= torch.tensor(within, dtype=torch.float64)).all()
     assert sweep.counts.sum() > 0
+
+
+def test_bin_threshold_is_the_edge_of_the_binnings_own_arithmetic():
+    """bin_threshold: torch's float32 binning puts the threshold beyond the bin and the float32
+    value just below it in a bin up to it, for edges of any scale and every bin."""
+    for low, high, bins in [(0.16, 0.64, 64), (0.1600001, 0.6400003, 64), (1e-4, 3e-4, 7), (2.5, 9.0, 16)]:
+        for bin in range(bins):
+            threshold = torch.tensor([bin_threshold(low, high, bins, bin)], dtype=torch.float32)
+            before = torch.nextafter(threshold, torch.tensor([-math.inf]))
+            assert pair_search.bin_positions(threshold.clone(), low, high, bins) >= bin + 1
+            assert pair_search.bin_positions(before, low, high, bins) < bin + 1
 
 
 def test_bin_counts_bins_as_histc_does():
@@ -647,41 +657,68 @@ def test_bin_counts_bins_as_histc_does():
     assert (counts - expected).abs().sum() <= 4 and abs(counts.sum() - expected.sum()) <= 2
     finite = values[values.isfinite() | (values == -float("inf"))].double()
     assert abs(counts.sum().item() - (finite < 0.64).sum().item()) <= 2  # NaN and inf in no bin
+    # the count up to a bin by one comparison of the positions (dense_sweep's within_bin): the same
+    for bin, up_to in enumerate(torch.cumsum(counts, 0).tolist()):
+        assert (pair_search.bin_positions(values.clone(), 0.16, 0.64, 64) < bin + 1).sum() == up_to
 
 
-def expanding_run(dtype):
+class WholeCountsList(NeighborList):
+    """The dense steps' rule as stated, from the whole counts at every dense step: build from
+    the largest skin whose pairs fit in max_pairs, once that skin and the skin chosen for the
+    speed both reach smallest_skin."""
+
+    def _dense_step(self, points, factors=None):
+        state = self.state
+        radii = state.cutoff + state.max_skin * torch.arange(65, dtype=torch.float64) / 64
+        sweep = pair_search.dense_sweep(points, state.group_size, state.cutoff, radii, self.chunk_entries)
+        self.stats.num_dense_steps += 1
+        fits = torch.cumsum(sweep.counts, 0) <= self.max_pairs(points)
+        largest = radii[1:][fits].max().item() - state.cutoff if fits.any() else 0.0
+        chosen, smallest = self.choose_skin(state.max_skin), self.smallest_skin()
+        if largest > 0 and min(largest, chosen) >= smallest:
+            return self._build(points, state.group_size, state.cutoff, state.max_skin, largest)
+        return self.within_cutoff(points, sweep.pairs, state.cutoff)
+
+
+def expanding_run(dtype, neighbors):
     """Points of 60 groups of 2 that start clustered (no list fits: dense steps) and spread
     out step by step until a list fits and is kept; per update, whether a list is kept, the
-    search's statistics and the pairs returned."""
+    search's statistics (but the entries searched) and the pairs returned."""
     g = torch.Generator().manual_seed(31)
     centre = torch.randn(16, dtype=dtype, generator=g)
     noise = torch.randn(120, 16, dtype=dtype, generator=g)
-    neighbors, trace = NeighborList(), []
+    trace = []
     for scale in torch.linspace(0.05, 1.5, 40).tolist():
         points = torch.nn.functional.normalize(centre + scale * noise, dim=1)
         pairs = neighbors.update(points, 2, 0.4, 0.4)
-        trace.append((neighbors.state.kept, copy.deepcopy(neighbors.stats), pairs.tolist()))
+        stats = dataclasses.replace(neighbors.stats, last_searched=0)
+        trace.append((neighbors.state.kept, stats, pairs.tolist()))
     return trace
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_dense_steps_that_stop_counting_decide_as_the_whole_counts(monkeypatch, dtype):
-    """A dense step stops counting the pairs by distance once they prove that no list can be
-    kept: the same builds, lists, dense steps and pairs as with the whole counts, at every
-    update, from clustered points (the counts given up) to points spread enough for a list."""
-    whole_sweep, gave_up = pair_search.dense_sweep, []
+def test_dense_steps_decide_as_the_whole_counts(monkeypatch, dtype):
+    """A dense step counts only the pairs within the first radius whose skin reaches
+    smallest_skin, and the pairs by distance only when they fit (then it builds): the same
+    builds, lists, dense steps and pairs as the rule applied to the whole counts at every dense
+    step, from clustered points to points spread enough for a list."""
+    whole_sweep, sweeps = pair_search.dense_sweep, []
 
-    def recording_sweep(*args):
-        sweep = whole_sweep(*args)
-        gave_up.append(len(args[3]) > 1 and sweep.counts is None)
+    def recording_sweep(*args, **kwargs):
+        sweep = whole_sweep(*args, **kwargs)
+        sweeps.append(
+            "within" if sweep.within is not None else "counts" if sweep.counts is not None else "none"
+        )
         return sweep
 
     monkeypatch.setattr(neighbor_list, "dense_sweep", recording_sweep)
-    stopping = expanding_run(dtype)
-    monkeypatch.setattr(neighbor_list, "dense_sweep", lambda *args: whole_sweep(*args[:5]))
-    assert expanding_run(dtype) == stopping
-    kept = [k for k, *_ in stopping]
-    assert any(gave_up) and not kept[1] and kept[-1], kept
+    trace = expanding_run(dtype, NeighborList())
+    assert trace == expanding_run(dtype, WholeCountsList())
+    kept = [k for k, *_ in trace]
+    assert not kept[1] and kept[-1], kept
+    builds_from_dense = sum(1 for (k, *_), (k2, *_) in zip(trace, trace[1:]) if k2 and not k)
+    assert sweeps.count("within") > builds_from_dense >= 1
+    assert sweeps.count("counts") == builds_from_dense
 
 
 def shell(n, dim, median, generator):

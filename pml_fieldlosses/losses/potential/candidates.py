@@ -6,6 +6,8 @@ proxies of different classes come from a pair search (pair_search.py, neighbor_l
 
 Points are numbered as in energy.py: the B embeddings, then the N M proxies, class-major."""
 
+import math
+
 import torch
 
 from .distances import (
@@ -64,17 +66,20 @@ def embedding_candidates(
             sq = sq_distance_block(points[start:stop], sq_norms[start:stop], points, sq_norms)
         else:
             sq = factors.lower_bounds(start, stop, 0, scale, shift)
-        # pairs of different classes that may be within repulsion_delta (i < j: every proxy comes
-        # after every embedding)
+        row_same, col_same = same_class_entries(point_labels, B, start, stop)
+        sq_same = sq[row_same, col_same]
+        # the entries that are not pairs i < j of different classes: the row's own class and
+        # the embeddings up to the row's own (every proxy comes after every embedding), masked
+        # so that the rows with no pair below the threshold are skipped (entries_below)
+        sq[row_same, col_same] = math.inf
+        embeddings, rows = torch.arange(B, device=sq.device), torch.arange(start, stop, device=sq.device)
+        sq[:, :B].masked_fill_(embeddings <= rows.unsqueeze(1), math.inf)
+        # pairs of different classes that may be within repulsion_delta
         row, col = entries_below(sq, rep_threshold + low_slack)
-        keep = (col > row + start) & (point_labels[row + start] != point_labels[col])
-        row, col = row[keep], col[keep]
         near, near_undecided = decide(
             points, start, row, col, sq[row, col], low_slack, lambda sq: sq < rep_threshold, gather_entries
         )
         # pairs of one class that may be farther than delta
-        row_same, col_same = same_class_entries(point_labels, B, start, stop)
-        sq_same = sq[row_same, col_same]
         far, far_undecided = decide(
             points,
             start,

@@ -346,37 +346,36 @@ class NeighborList(PairSearch):
     def _dense_step(self, points, factors=None):
         """The pairs within the cutoff of the current positions, by one blocked search; builds (and keeps
         the list) instead once the largest skin whose pairs fit in a kept list is at least
-        ``smallest_skin`` (the search counts the pairs by distance, between the cutoff and the
-        largest radius, in ``skin_bins`` bins). See docs/derivations.md, "The pair search and
-        the neighbour list's certificates", Dense steps and their histogram."""
+        ``smallest_skin``: the search counts the pairs within the first radius that reaches it,
+        and only if they fit does a second search count the pairs by distance, between the
+        cutoff and the largest radius, in ``skin_bins`` bins, for the build's skin. See
+        docs/derivations.md, "The pair search and the neighbour list's certificates", Dense
+        steps and their histogram."""
         state = self.state
         # radii from the cutoff to the largest radius in skin_bins equal steps
         steps = torch.arange(self.skin_bins + 1, dtype=torch.float64)
         radii = state.cutoff + state.max_skin * steps / self.skin_bins
         chosen, smallest = self.choose_skin(state.max_skin), self.smallest_skin()
         max_pairs = self.max_pairs(points)
-        # counting the pairs by distance costs about what the search does: only while it may
-        # make this step build (the decision is the counts', see dense_sweep's give_up)
+        # the first bin whose skin reaches smallest_skin: a skin of at least smallest_skin fits
+        # (and the step builds) if and only if the pairs up to that bin fit in max_pairs
         reaching = ((radii[1:] - state.cutoff) >= smallest).nonzero()
-        if chosen < smallest or not len(reaching):
-            radii = radii[:1]  # no skin of at least smallest_skin: no build, no counts
-        # more pairs than max_pairs in the bins up to the first whose skin reaches smallest_skin:
-        # no skin of at least smallest_skin fits
-        give_up = (reaching[0].item(), max_pairs) if len(radii) > 1 else None
+        within_bin = reaching[0].item() if chosen >= smallest and len(reaching) else None
         choice = self.dense_choice
         if factors is None:  # (else the caller's, of these points: wants_factors)
             factors = self.bfloat16_factors(points, len(points), choice)
         sweep = dense_sweep(
-            points, state.group_size, state.cutoff, radii, self.chunk_entries, give_up, factors
+            points, state.group_size, state.cutoff, radii, self.chunk_entries, factors, within_bin
         )
         self.stats.last_searched += sweep.searched
         self.stats.num_dense_steps += 1
-        if sweep.counts is not None:
-            fits = torch.cumsum(sweep.counts, 0) <= max_pairs
-            largest = radii[1:][fits.cpu()].max().item() - state.cutoff if fits.any() else 0.0
-            if largest > 0 and min(largest, chosen) >= smallest:
-                # from a skin whose pairs fit: the build need not shrink below smallest_skin
-                return self._build(points, state.group_size, state.cutoff, state.max_skin, largest)
+        if within_bin is not None and sweep.within <= max_pairs:
+            counted = dense_sweep(points, state.group_size, state.cutoff, radii, self.chunk_entries, factors)
+            self.stats.last_searched += counted.searched
+            fits = torch.cumsum(counted.counts, 0) <= max_pairs
+            largest = radii[1:][fits.cpu()].max().item() - state.cutoff
+            # from a skin whose pairs fit: the build need not shrink below smallest_skin
+            return self._build(points, state.group_size, state.cutoff, state.max_skin, largest)
         pairs = self.within_cutoff(points, sweep.pairs, state.cutoff)
         if factors is not None:
             # the pairs read off only because of the bounds' width (with a float32 search's margin)
@@ -408,11 +407,15 @@ class NeighborList(PairSearch):
         kept, found, found_sq, close = True, [], [], []
         for start, sq, width in row_blocks(ref, len(rows), self.chunk_entries, factors, threshold):
             stop = start + len(sq)
+            # the row's own group (itself included) is never a pair: masked first, so that the
+            # rows with no pair below the threshold are skipped (entries_below)
+            sibling_rows, sibling_cols = _nonnegative_entries(siblings[start:stop] - start)
+            sq[sibling_rows, sibling_cols] = math.inf
             # with bfloat16 products (width > 0) the entries are lower bounds: the pairs listed are
             # a superset and their separations lower bounds, which is all the list needs
             row, col = entries_below(sq, threshold)
             self.stats.last_searched += sq.numel()
-            keep = (col > row) & (groups[row + start] != groups[col + start])
+            keep = col > row
             if kept:
                 found.append(torch.stack([row[keep], col[keep]]) + start)
                 found_sq.append(sq[row[keep], col[keep]])
@@ -421,8 +424,6 @@ class NeighborList(PairSearch):
                 close.append(torch.stack([row[near], col[near]]) + start)
             # clearances: the nearest point of another group that is not listed
             sq[row, col] = math.inf
-            sibling_rows, sibling_cols = _nonnegative_entries(siblings[start:stop] - start)
-            sq[sibling_rows, sibling_cols] = math.inf
             nearest[start:stop] = torch.minimum(nearest[start:stop], sq.amin(dim=1))
             nearest[start:] = torch.minimum(nearest[start:], sq.amin(dim=0))
             if build and kept and sum(map(len, found_sq)) > max_pairs:

@@ -4,10 +4,12 @@ searches all pairs) and NeighborList (neighbor_list.py: a Verlet list that is ex
 fraction of that cost). See docs/derivations.md, "The pair search and the neighbour list's
 certificates"."""
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy
 import torch
 
 from .distances import (
@@ -102,19 +104,21 @@ class Sweep:
 
     pairs: torch.Tensor  # (2, K) the pairs within the cutoff by the products (a superset: with the margin)
     searched: int  # entries computed
-    # float64, the pairs counted by distance between consecutive radii; None if the count was given up
+    # float64, the pairs counted by distance between consecutive radii; None if not counted
     counts: Optional[torch.Tensor]
+    # the pairs the counts would put in the bins up to ``within_bin``; None if not asked for
+    within: Optional[int] = None
 
 
-def dense_sweep(points, group_size, cutoff, radii, chunk_entries, give_up=None, factors=None):
+def dense_sweep(points, group_size, cutoff, radii, chunk_entries, factors=None, within_bin=None):
     """One blocked search of all pairs (i < j) of points of different groups at ``cutoff``, with
-    the rounding margin. From the same products, counts all pairs (i < j) by squared distance
-    in ``len(radii) - 1`` equal bins between the squares of the first and last of ``radii``
-    (float64, increasing from radii[0] = cutoff; each with the margin): pairs within the cutoff
-    count in the first bin, pairs within a group count too, so the counts are upper bounds. One
-    radius: no counts. ``give_up``: (bin, number): the counts stop, and are None, as soon as
-    more than that number of pairs are found in the bins up to that one (below the middle of
-    that bin: a lower bound of their counts, whatever the rounding of the binning).
+    the rounding margin. From the same products, counts all pairs (i < j) of different groups by
+    squared distance in ``len(radii) - 1`` equal bins between the squares of the first and last
+    of ``radii`` (float64, increasing from radii[0] = cutoff; each with the margin): pairs within
+    the cutoff count in the first bin, so the counts are upper bounds. One radius: no counts.
+    ``within_bin``: instead of the counts (binning every entry costs about what the search
+    does), only how many pairs they would put in the bins up to that one, ``within``, by one
+    comparison (bin_threshold: cumsum(counts)[within_bin] exactly).
     ``factors``: the points' Bfloat16Factors (all of them as rows), for bfloat16 products: the
     pairs are read off and counted by lower bounds of their squared distances, tightest at the
     cutoff (row_blocks), so the pairs are still a superset and the counts upper bounds."""
@@ -125,31 +129,69 @@ def dense_sweep(points, group_size, cutoff, radii, chunk_entries, give_up=None, 
     edges = (radii**2 + slack).tolist()
     bins = len(edges) - 1
     counts = torch.zeros(bins, dtype=torch.float64, device=points.device) if bins else None
-    if give_up is not None:
-        give_up_below = edges[0] + (give_up[0] + 0.5) * (edges[-1] - edges[0]) / bins
-    below = 0
+    within = None
+    if within_bin is not None:
+        counts, within = None, 0
+        below = bin_threshold(edges[0], edges[-1], bins, within_bin)
     close, searched = [], 0
     for start, sq, _ in row_blocks(points, n, chunk_entries, factors, close_threshold):
         searched += sq.numel()
-        # only the upper triangle: row start + r against column start + c with c > r
+        # only the pairs: row start + r against column start + c with c > r, of different groups
         rows = len(sq)
         sq[:, :rows].masked_fill_(torch.ones(rows, rows, dtype=torch.bool, device=sq.device).tril(), math.inf)
+        mask_own_groups(sq, start, groups, group_size)
         row, col = entries_below(sq, close_threshold)
-        keep = groups[row + start] != groups[col + start]
-        close.append(torch.stack([row[keep], col[keep]]) + start)
-        if counts is not None and give_up is not None:
-            below += int((sq < give_up_below).sum())
-            if below > give_up[1]:
-                counts = None
-        if counts is not None:
+        close.append(torch.stack([row, col]) + start)
+        if within is not None:
+            within += int((sq < below).sum())
+        elif counts is not None:
             # the pairs within the cutoff count in the first bin
             counts += bin_counts(sq, edges[0], edges[-1], bins)
-    return Sweep(torch.cat(close, dim=1), searched, counts)
+    return Sweep(torch.cat(close, dim=1), searched, counts, within)
+
+
+def mask_own_groups(sq, start, groups, group_size):
+    """Sets to inf the entries of a block of a search of all pairs (point start + r against
+    point start + c) of a row with its own group: never pairs, and often close, so that
+    without them a row with no pair below a threshold has its minimum above it, and the search
+    skips it (entries_below)."""
+    members = groups[start : start + len(sq)].unsqueeze(1) * group_size - start
+    columns = members + torch.arange(group_size, device=sq.device)  # (rows, group_size), in the block
+    rows = torch.arange(len(sq), device=sq.device).unsqueeze(1).expand_as(columns)
+    inside = (columns >= 0) & (columns < sq.shape[1])
+    sq[rows[inside], columns[inside]] = math.inf
+
+
+def bin_positions(values, low, high, bins):
+    """Where float32 ``values`` fall in ``bins`` equal bins between ``low`` and ``high``: value v
+    is in bin floor(position) (below 0: the first; from ``bins`` on, inf and NaN: none), in
+    float32 arithmetic. Overwrites ``values``."""
+    return values.nan_to_num_(nan=math.inf, posinf=math.inf).sub_(low).mul_(bins / (high - low))
+
+
+@functools.lru_cache(maxsize=64)
+def bin_threshold(low, high, bins, bin):
+    """The smallest float32 value whose position (bin_positions, float32 arithmetic) is at least
+    ``bin`` + 1, for ``low`` > 0: a float32 value is in a bin up to ``bin`` exactly when it is
+    below it, so one comparison counts them. The position only grows with the value (each
+    float32 operation rounds monotonically), so a bisection over the positive float32 values
+    (whose bit patterns are in the same order) finds it; numpy's float32 arithmetic rounds as
+    torch's does."""
+    low32, scale32 = numpy.float32(low), numpy.float32(bins / (high - low))
+
+    def position(bits):
+        return (numpy.array(bits, dtype=numpy.int32).view(numpy.float32) - low32) * scale32
+
+    below, beyond = 0, int(numpy.array(numpy.inf, dtype=numpy.float32).view(numpy.int32))
+    while beyond - below > 1:  # position(below) < bin + 1 <= position(beyond)
+        middle = (below + beyond) // 2
+        below, beyond = (middle, beyond) if position(middle) < bin + 1 else (below, middle)
+    return float(numpy.array(beyond, dtype=numpy.int32).view(numpy.float32))
 
 
 def bin_counts(values, low, high, bins):
     """How many ``values`` fall in each of ``bins`` equal bins between ``low`` and ``high``, those
     below ``low`` in the first, those from ``high`` on and NaN in none (float64): torch.histc's
     binning, twice as fast on CPU (one scaling, one bincount). Overwrites ``values``."""
-    index = values.nan_to_num_(nan=high).sub_(low).mul_(bins / (high - low)).clamp_(0, bins).long()
+    index = bin_positions(values, low, high, bins).clamp_(0, bins).long()
     return torch.bincount(index.view(-1), minlength=bins + 1)[:bins].to(torch.float64)
