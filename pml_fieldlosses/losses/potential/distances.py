@@ -179,8 +179,13 @@ def padded_rows(num_rows):
     first bfloat16 product of each new shape costs about 1 ms on CPU (oneDNN makes a kernel for
     it; measured: 0.91 ms for a new number of rows against 800 columns, 0.10 ms after), and a
     re-anchoring's number of rows changes from step to step."""
-    granularity = 2 ** max(0, num_rows.bit_length() - 3)
+    granularity = row_granularity(num_rows)
     return -(-num_rows // granularity) * granularity
+
+
+def row_granularity(num_rows):
+    """The spacing of padded_rows' sizes from ``num_rows``'s power of 2 to the next."""
+    return 2 ** max(0, num_rows.bit_length() - 3)
 
 
 class Bfloat16Factors:
@@ -305,8 +310,7 @@ def padded_step(step, n, chunk_entries):
     up = padded_rows(step)
     if up * n <= chunk_entries:
         return up
-    granularity = 2 ** max(0, step.bit_length() - 3)
-    return step // granularity * granularity
+    return step // row_granularity(step) * row_granularity(step)
 
 
 def block_rows(n, chunk_entries, min_blocks=8):

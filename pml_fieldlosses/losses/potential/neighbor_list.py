@@ -18,7 +18,7 @@ from .distances import (
     row_blocks,
     squared_distance_slack,
 )
-from .pair_search import PairSearch, dense_sweep
+from .pair_search import PairSearch, dense_sweep, group_members, mask_own_groups
 
 
 @dataclass
@@ -391,26 +391,18 @@ class NeighborList(PairSearch):
         below ``smallest_skin`` (or 1e-6 of the cutoff)."""
         state = self.state
         order = torch.cat([rows, others])
-        position = torch.empty_like(order)
-        position[order] = torch.arange(len(order), device=order.device)
         ref = torch.index_select(state.reference, 0, order, out=self.scratch(state.reference))
-        groups = order // state.group_size
         slack = squared_distance_slack(ref)
         threshold = (state.cutoff + state.skin) ** 2 + slack
         factors = self.bfloat16_factors(ref, len(rows))
         close_threshold = state.cutoff**2 + slack
         max_pairs = self.max_pairs(ref)
-        # the other members of each row's group, as positions in the order
-        offsets = torch.arange(state.group_size, device=order.device)
-        siblings = position[(groups * state.group_size).unsqueeze(1) + offsets]
+        members = group_members(order, state.group_size)
         nearest = torch.full((len(order),), math.inf, dtype=ref.dtype, device=ref.device)
         kept, found, found_sq, close = True, [], [], []
         for start, sq, width in row_blocks(ref, len(rows), self.chunk_entries, factors, threshold):
             stop = start + len(sq)
-            # the row's own group (itself included) is never a pair: masked first, so that the
-            # rows with no pair below the threshold are skipped (entries_below)
-            sibling_rows, sibling_cols = _nonnegative_entries(siblings[start:stop] - start)
-            sq[sibling_rows, sibling_cols] = math.inf
+            mask_own_groups(sq, start, members)
             # with bfloat16 products (width > 0) the entries are lower bounds: the pairs listed are
             # a superset and their separations lower bounds, which is all the list needs
             row, col = entries_below(sq, threshold)
@@ -461,10 +453,3 @@ def _ordered(order, found):
     """Local pair positions (a list of (2, K) blocks) -> (2, K) point indices with i < j."""
     pairs = order[torch.cat(found, dim=1)] if found else order.new_empty(2, 0)
     return torch.stack([pairs.min(dim=0).values, pairs.max(dim=0).values])
-
-
-def _nonnegative_entries(columns):
-    """(row, column) indices of the non-negative entries of ``columns``."""
-    rows = torch.arange(len(columns), device=columns.device).unsqueeze(1).expand_as(columns)
-    valid = columns >= 0
-    return rows[valid], columns[valid]

@@ -123,7 +123,6 @@ def dense_sweep(points, group_size, cutoff, radii, chunk_entries, factors=None, 
     pairs are read off and counted by lower bounds of their squared distances, tightest at the
     cutoff (row_blocks), so the pairs are still a superset and the counts upper bounds."""
     n = len(points)
-    groups = torch.arange(n, device=points.device) // group_size
     slack = squared_distance_slack(points)
     close_threshold = cutoff**2 + slack
     edges = (radii**2 + slack).tolist()
@@ -133,13 +132,14 @@ def dense_sweep(points, group_size, cutoff, radii, chunk_entries, factors=None, 
     if within_bin is not None:
         counts, within = None, 0
         below = bin_threshold(edges[0], edges[-1], bins, within_bin)
+    members = group_members(torch.arange(n, device=points.device), group_size)  # in their own order
     close, searched = [], 0
     for start, sq, _ in row_blocks(points, n, chunk_entries, factors, close_threshold):
         searched += sq.numel()
         # only the pairs: row start + r against column start + c with c > r, of different groups
         rows = len(sq)
         sq[:, :rows].masked_fill_(torch.ones(rows, rows, dtype=torch.bool, device=sq.device).tril(), math.inf)
-        mask_own_groups(sq, start, groups, group_size)
+        mask_own_groups(sq, start, members)
         row, col = entries_below(sq, close_threshold)
         close.append(torch.stack([row, col]) + start)
         if within is not None:
@@ -150,15 +150,24 @@ def dense_sweep(points, group_size, cutoff, radii, chunk_entries, factors=None, 
     return Sweep(torch.cat(close, dim=1), searched, counts, within)
 
 
-def mask_own_groups(sq, start, groups, group_size):
-    """Sets to inf the entries of a block of a search of all pairs (point start + r against
-    point start + c) of a row with its own group: never pairs, and often close, so that
-    without them a row with no pair below a threshold has its minimum above it, and the search
-    skips it (entries_below)."""
-    members = groups[start : start + len(sq)].unsqueeze(1) * group_size - start
-    columns = members + torch.arange(group_size, device=sq.device)  # (rows, group_size), in the block
+def group_members(order, group_size):
+    """(n, group_size): for the point at each place of a search's ``order`` (a permutation of
+    the points, numbered in groups of ``group_size``), the places of its group's members
+    (itself included)."""
+    position = torch.empty_like(order)
+    position[order] = torch.arange(len(order), device=order.device)
+    offsets = torch.arange(group_size, device=order.device)
+    return position[(order // group_size * group_size).unsqueeze(1) + offsets]
+
+
+def mask_own_groups(sq, start, members):
+    """Sets to inf the entries of a block of a search (the point at start + r against the point
+    at start + c) of each row with the members of its group (``members``: group_members, in the
+    search's order): never pairs, and often close, so that without them a row with no pair
+    below a threshold has its minimum above it, and the search skips it (entries_below)."""
+    columns = members[start : start + len(sq)] - start
     rows = torch.arange(len(sq), device=sq.device).unsqueeze(1).expand_as(columns)
-    inside = (columns >= 0) & (columns < sq.shape[1])
+    inside = columns >= 0  # (members placed before the block are in none of its columns)
     sq[rows[inside], columns[inside]] = math.inf
 
 
