@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from .pb_support import pb_skip
 
@@ -24,8 +26,6 @@ MISSING, pytestmark = pb_skip("powerful_benchmarker", "torchvision", "ax")
 if not MISSING:
     import torch
     import yaml
-    from hypothesis import HealthCheck, given, settings
-    from hypothesis import strategies as st
 
     from pml_fieldlosses.app import cluster, extras
     from pml_fieldlosses.app.benchmarker import checks, files, launcher, runners

@@ -5,13 +5,13 @@ no duplicate records on a rerun."""
 import types
 
 import pytest
+import torch
 
 from .pb_support import pb_skip
 
 MISSING, pytestmark = pb_skip("powerful_benchmarker", "torchvision")
 if not MISSING:
     import numpy as np
-    import torch
     from powerful_benchmarker import split_managers as pb_split_managers
     from powerful_benchmarker.utils import constants as const
 

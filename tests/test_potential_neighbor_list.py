@@ -608,7 +608,32 @@ def test_a_dense_sweep_counts_within_a_bin_as_its_whole_counts_do(products):
         sweep = pair_search.dense_sweep(points, 3, 0.6, radii, 2**12, factors, within_bin=bin)
         assert torch.equal(sweep.pairs, full.pairs) and sweep.searched == full.searched
         assert sweep.counts is None and sweep.within == cumulative[bin].item()
+        # counted until it passes a limit: exact up to it, beyond it once passed
+        limit = cumulative[bin].item()
+        assert pair_search.dense_sweep(points, 3, 0.6, radii, 2**12, factors, bin, limit).within == limit
+        if limit > 0:
+            short = pair_search.dense_sweep(points, 3, 0.6, radii, 2**12, factors, bin, limit - 1)
+            assert short.within > limit - 1 and torch.equal(short.pairs, full.pairs)
     assert full.within is None
+
+
+@pytest.mark.parametrize("group_size", [1, 2, 3, 5])
+@pytest.mark.parametrize("chunk_entries", [2**10, 2**13, 2**20])
+def test_a_dense_sweep_finds_exactly_the_pairs_of_different_groups_within_the_cutoff(
+    group_size, chunk_entries
+):
+    """dense_sweep's blocks start anywhere within a group (rows per block not a multiple of the
+    group size): every pair (i < j) of different groups within the cutoff, once, and no other
+    (float64, far from the cutoff's rounding margin)."""
+    g = torch.Generator().manual_seed(group_size)
+    points = torch.nn.functional.normalize(torch.randn(203, 3, generator=g, dtype=torch.float64), dim=1)
+    sweep = pair_search.dense_sweep(
+        points, group_size, 0.5, torch.tensor([0.5], dtype=torch.float64), chunk_entries
+    )
+    found = sweep.pairs.T.tolist()
+    assert len(found) == len(set(map(tuple, found)))
+    expected = true_close_pairs(points, group_size, 0.5).nonzero().tolist()
+    assert sorted(found) == sorted(expected) and len(expected) > 100
 
 
 @pytest.mark.parametrize("dim", [8, 512])

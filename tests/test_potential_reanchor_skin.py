@@ -5,6 +5,8 @@ almost every one. Exact at every update (against all pairs, and the losses again
 dense path), the work proportional to the moving points (counts, no timing), and a
 long-maintained list and a fresh one give bit-identical results."""
 
+import copy
+
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -182,3 +184,44 @@ def test_losses_match_their_dense_path_after_the_speed_grows_and_a_fresh_list_ag
         grads1 = torch.autograd.grad(loss1, [x1, loss_fn.proxies])
         grads2 = torch.autograd.grad(loss2, [x2, fresh.proxies])
         assert all(torch.equal(a, b) for a, b in zip(grads1, grads2))
+
+
+def recorded_reanchorings(neighbors):
+    """The ``moved`` masks of the list's re-anchorings from now on."""
+    log, reanchor = [], neighbors._reanchor
+
+    def recording(points, moved):
+        log.append(moved.clone())
+        reanchor(points, moved)
+
+    neighbors._reanchor = recording
+    return log
+
+
+def pair_set(pairs):
+    return set(map(tuple, pairs.T.tolist()))
+
+
+def test_a_reanchoring_takes_along_the_points_its_search_could_make_fail():
+    """The points that the search of the failing points could make fail (their clearance lowered
+    to the search's radius) are re-anchored with them when they are few: every point a second
+    search would have re-anchored (the same list without them, from the same state) is among
+    them, so those updates make one search instead of two. Exact at every update."""
+    g = torch.Generator().manual_seed(1)
+    neighbors = NeighborList(chunk_entries=4099, pair_cost=1)
+    points = slow_build(neighbors, sphere(600, 2, g), g)
+    direction = torch.randn(points.shape, generator=g, dtype=points.dtype)
+    one_instead_of_two = 0
+    for _ in range(30):
+        points = walk(points, torch.ones(len(points), dtype=torch.bool), 0.004, g, direction)
+        without = copy.deepcopy(neighbors)
+        without._could_fail_next = lambda displacements, moved, count: torch.zeros_like(moved)
+        taken, second = recorded_reanchorings(neighbors), recorded_reanchorings(without)
+        returned = neighbors.update(points, GROUP, CUTOFF, MAX_SKIN)
+        assert pair_set(returned) == pair_set(without.update(points, GROUP, CUTOFF, MAX_SKIN))
+        check_exact(neighbors, points, returned)
+        del neighbors._reanchor
+        if len(taken) == 1 and len(second) == 2:
+            one_instead_of_two += 1
+            assert not (second[1] & ~taken[0]).any()
+    assert one_instead_of_two >= 2

@@ -269,19 +269,36 @@ class NeighborList(PairSearch):
             torch.sub(points, state.reference, out=self.scratch(points)), dim=1
         )
         while True:
-            moved = self._beyond_allowance(displacements)
+            moved = self._beyond_allowance(displacements, state.clearance)
             if not moved.any():
                 return self._may_be_close(points, displacements)
-            if self.stats.last_reanchored + moved.sum().item() > self.max_reanchored * len(points):
+            count = moved.sum().item()
+            if self.stats.last_reanchored + count > self.max_reanchored * len(points):
                 return self._build(points, state.group_size, state.cutoff, state.max_skin)
+            moved |= self._could_fail_next(displacements, moved, count)
             self._reanchor(points, moved)
             if state.pairs.shape[1] > self.max_pairs(points):
                 return self._build(points, state.group_size, state.cutoff, state.max_skin)
             displacements = displacements.masked_fill(moved, 0.0)
 
-    def _beyond_allowance(self, displacements):
-        """The points to re-anchor: an unlisted pair (i, j) is now at least max(r_i, r_j) - disp_i - disp_j
-        apart, so it is out of the cutoff if either point passes one of two tests with its
+    def _could_fail_next(self, displacements, moved, count):
+        """The points that the search of the ``count`` ``moved`` points could make fail their test,
+        when taking them along costs less than a second search (whose fixed work, at small n,
+        exceeds a whole search's per-row work): the search lowers clearances to at least its
+        radius, cutoff + the re-anchoring skin, and its points pass with no displacement. Taken
+        if they add at most half the search's rows and stay within ``max_reanchored``; else
+        none (a second search re-anchors those that do fail)."""
+        radius = self.state.cutoff + self._reanchoring_skin()
+        lowered = self.state.clearance.clamp(max=radius)
+        could_fail = self._beyond_allowance(displacements.masked_fill(moved, 0.0), lowered) & ~moved
+        extra = could_fail.sum().item()
+        budget = self.max_reanchored * len(moved) - self.stats.last_reanchored - count
+        return could_fail if extra <= min(count / 2, budget) else torch.zeros_like(moved)
+
+    def _beyond_allowance(self, displacements, clearance):
+        """The points to re-anchor, given their ``clearance`` r (the state's, or lower bounds of
+        it): an unlisted pair (i, j) is now at least max(r_i, r_j) - disp_i - disp_j apart, so it
+        is out of the cutoff if either point passes one of two tests with its
         allowance a_i = r_i - cutoff: disp_i <= a_i / 2 (shared with every other point), or
         disp_i + the largest displacement of any other point <= a_i (a point may use its whole
         allowance while the others stay still). Points that pass neither are re-anchored.
@@ -290,7 +307,7 @@ class NeighborList(PairSearch):
         certificates", The list, the clearances and the displacement test."""
         state = self.state
         margin = tolerance(state.reference)
-        allowance = state.clearance - state.cutoff * (1 + margin)
+        allowance = clearance - state.cutoff * (1 + margin)
         displacements = displacements * (1 + margin)
         top = displacements.topk(min(2, len(displacements))).values
         largest_other = torch.full_like(displacements, top[0].item())
@@ -328,7 +345,7 @@ class NeighborList(PairSearch):
         (``choose_skin``, at most ``largest_skin``; any radius keeps the list exact): their
         pairs are replaced, and every clearance is lowered to the distances seen."""
         state = self.state
-        state.skin = min(self.choose_skin(state.max_skin), state.largest_skin)
+        state.skin = self._reanchoring_skin()
         anchored = moved.nonzero().squeeze(1)
         state.reference[anchored] = points[anchored]
         state.clearance[anchored] = math.inf
@@ -342,6 +359,11 @@ class NeighborList(PairSearch):
         self.stats.num_partial_rebuilds += 1
         self.stats.num_reanchored += len(anchored)
         self.stats.last_reanchored += len(anchored)
+
+    def _reanchoring_skin(self):
+        """The skin of a re-anchoring's search: the one the current speed calls for, at most
+        ``largest_skin``."""
+        return min(self.choose_skin(self.state.max_skin), self.state.largest_skin)
 
     def _dense_step(self, points, factors=None):
         """The pairs within the cutoff of the current positions, by one blocked search; builds (and keeps
@@ -365,7 +387,7 @@ class NeighborList(PairSearch):
         if factors is None:  # (else the caller's, of these points: wants_factors)
             factors = self.bfloat16_factors(points, len(points), choice)
         sweep = dense_sweep(
-            points, state.group_size, state.cutoff, radii, self.chunk_entries, factors, within_bin
+            points, state.group_size, state.cutoff, radii, self.chunk_entries, factors, within_bin, max_pairs
         )
         self.stats.last_searched += sweep.searched
         self.stats.num_dense_steps += 1

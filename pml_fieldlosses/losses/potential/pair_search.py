@@ -106,11 +106,14 @@ class Sweep:
     searched: int  # entries computed
     # float64, the pairs counted by distance between consecutive radii; None if not counted
     counts: Optional[torch.Tensor]
-    # the pairs the counts would put in the bins up to ``within_bin``; None if not asked for
+    # the pairs the counts would put in the bins up to ``within_bin`` (once beyond the limit, some
+    # number beyond it); None if not asked for
     within: Optional[int] = None
 
 
-def dense_sweep(points, group_size, cutoff, radii, chunk_entries, factors=None, within_bin=None):
+def dense_sweep(
+    points, group_size, cutoff, radii, chunk_entries, factors=None, within_bin=None, within_limit=math.inf
+):
     """One blocked search of all pairs (i < j) of points of different groups at ``cutoff``, with
     the rounding margin. From the same products, counts all pairs (i < j) of different groups by
     squared distance in ``len(radii) - 1`` equal bins between the squares of the first and last
@@ -118,7 +121,8 @@ def dense_sweep(points, group_size, cutoff, radii, chunk_entries, factors=None, 
     the cutoff count in the first bin, so the counts are upper bounds. One radius: no counts.
     ``within_bin``: instead of the counts (binning every entry costs about what the search
     does), only how many pairs they would put in the bins up to that one, ``within``, by one
-    comparison (bin_threshold: cumsum(counts)[within_bin] exactly).
+    comparison (bin_threshold: cumsum(counts)[within_bin] exactly), counted until it passes
+    ``within_limit`` (the rest of the blocks are not counted).
     ``factors``: the points' Bfloat16Factors (all of them as rows), for bfloat16 products: the
     pairs are read off and counted by lower bounds of their squared distances, tightest at the
     cutoff (row_blocks), so the pairs are still a superset and the counts upper bounds."""
@@ -132,22 +136,33 @@ def dense_sweep(points, group_size, cutoff, radii, chunk_entries, factors=None, 
     if within_bin is not None:
         counts, within = None, 0
         below = bin_threshold(edges[0], edges[-1], bins, within_bin)
-    members = group_members(torch.arange(n, device=points.device), group_size)  # in their own order
     close, searched = [], 0
     for start, sq, _ in row_blocks(points, n, chunk_entries, factors, close_threshold):
         searched += sq.numel()
         # only the pairs: row start + r against column start + c with c > r, of different groups
-        rows = len(sq)
-        sq[:, :rows].masked_fill_(torch.ones(rows, rows, dtype=torch.bool, device=sq.device).tril(), math.inf)
-        mask_own_groups(sq, start, members)
+        width = min(len(sq) + group_size - 1, sq.shape[1])
+        sq[:, :width].masked_fill_(
+            not_pairs(len(sq), width, start % group_size, group_size, sq.device), math.inf
+        )
         row, col = entries_below(sq, close_threshold)
         close.append(torch.stack([row, col]) + start)
-        if within is not None:
+        if within is not None and within <= within_limit:
             within += int((sq < below).sum())
         elif counts is not None:
             # the pairs within the cutoff count in the first bin
             counts += bin_counts(sq, edges[0], edges[-1], bins)
     return Sweep(torch.cat(close, dim=1), searched, counts, within)
+
+
+@functools.lru_cache(maxsize=16)
+def not_pairs(rows, width, offset, group_size, device):
+    """(rows, width) bool: the entries of a block of a dense sweep (points in their own order,
+    the first row at ``offset`` within its group) that are not pairs of a row with a later point
+    of another group: the diagonal and below it, and the row's own group (within ``group_size``
+    - 1 columns after the diagonal). Kept per shape: the same few blocks come at every step."""
+    row = torch.arange(rows, device=device).unsqueeze(1)
+    column = torch.arange(width, device=device).unsqueeze(0)
+    return (column <= row) | ((offset + column) // group_size == (offset + row) // group_size)
 
 
 def group_members(order, group_size):
