@@ -70,7 +70,9 @@ def test_candidates_contain_every_pair_off_its_plateau(
     proxies = points[B:]
 
     factors = Bfloat16Factors().update(points, B, 2**17) if precision == "float32-bfloat16-products" else None
-    blocks, _ = embedding_candidates(points, B, point_labels, delta, repulsion_delta, chunk_entries, factors)
+    blocks, _ = embedding_candidates(
+        points, B, point_labels, M, delta, repulsion_delta, chunk_entries, factors
+    )
     for block in blocks:
         assert (block[0] < block[1]).all()
         keys = block[0] * (B + n) + block[1]
@@ -129,7 +131,7 @@ def test_bfloat16_products_find_the_pairs_just_off_their_plateau(dim):
     found = {}
     for name, factors in [("float32", None), ("bfloat16", Bfloat16Factors().update(points, B, 2**17))]:
         blocks, undecided = embedding_candidates(
-            points, B, point_labels, delta, repulsion_delta, 2**22, factors
+            points, B, point_labels, len(ratios), delta, repulsion_delta, 2**22, factors
         )
         found[name] = pairs_set(torch.cat(blocks, dim=1))
         assert required <= found[name], name

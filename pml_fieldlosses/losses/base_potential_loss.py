@@ -266,6 +266,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
             points,
             B,
             point_labels,
+            self.proxies_per_class,
             self.delta,
             self.repulsion_delta,
             self.chunk_entries,

@@ -23,6 +23,7 @@ def embedding_candidates(
     points,
     num_embeddings,
     point_labels,
+    proxies_per_class,
     delta,
     repulsion_delta,
     chunk_entries,
@@ -34,7 +35,8 @@ def embedding_candidates(
     products left undecided (0 without them): same-class pairs that may be farther
     apart than ``delta`` and pairs of different classes that may be closer than
     ``repulsion_delta`` (``points``: the ``num_embeddings`` embeddings, then the proxies as
-    points, (B + N M, D), class-major: their labels ascending). One matrix product of the
+    points, (B + N M, D), class-major: ``proxies_per_class`` of each class, their labels
+    ascending). One matrix product of the
     embeddings with all points per block of at most about ``chunk_entries`` entries, one rule
     for every kind of pair: an embedding's own proxies are candidates only when they may be
     farther than ``delta``, like any same-class pair. The few same-class entries of a row (its
@@ -66,7 +68,7 @@ def embedding_candidates(
             sq = sq_distance_block(points[start:stop], sq_norms[start:stop], points, sq_norms)
         else:
             sq = factors.lower_bounds(start, stop, 0, scale, shift)
-        row_same, col_same = same_class_entries(point_labels, B, start, stop)
+        row_same, col_same = same_class_entries(point_labels, B, proxies_per_class, start, stop)
         sq_same = sq[row_same, col_same]
         # the entries that are not pairs i < j of different classes: the row's own class and
         # the embeddings up to the row's own (every proxy comes after every embedding), masked
@@ -117,24 +119,19 @@ def decide(points, start, row, col, sq, low_slack, is_candidate, gather_entries)
     return certain, len(undecided)
 
 
-def same_class_entries(point_labels, num_embeddings, start, stop):
+def same_class_entries(point_labels, num_embeddings, proxies_per_class, start, stop):
     """The entries (row, col) of the block of embeddings ``start:stop`` (rows from 0) against
     all points that are pairs (i < j) of one class: later embeddings of the row's class, and
-    its class's proxies (a run of columns: the proxies are class-major)."""
-    B = num_embeddings
+    its class's proxies (the ``proxies_per_class`` columns from B + M label: the proxies are
+    class-major, M of each class)."""
+    B, M = num_embeddings, proxies_per_class
     labels = point_labels[start:stop]
-    rows_local = torch.arange(stop - start, device=labels.device)
-    same = labels.unsqueeze(1) == point_labels[:B].unsqueeze(0)
-    same &= torch.arange(B, device=labels.device).unsqueeze(0) > (rows_local + start).unsqueeze(1)
-    row_embedded, col_embedded = same.nonzero().unbind(1)
-    proxy_labels = point_labels[B:]
-    first = torch.searchsorted(proxy_labels, labels)
-    count = torch.searchsorted(proxy_labels, labels, right=True) - first
-    row_proxy = rows_local.repeat_interleave(count)
-    offsets = torch.arange(len(row_proxy), device=labels.device) - (
-        count.cumsum(0) - count
-    ).repeat_interleave(count)
-    col_proxy = B + first.repeat_interleave(count) + offsets
+    later = torch.arange(B, device=labels.device) > torch.arange(start, stop, device=labels.device).unsqueeze(
+        1
+    )
+    row_embedded, col_embedded = ((labels.unsqueeze(1) == point_labels[:B]) & later).nonzero().unbind(1)
+    row_proxy = torch.arange(stop - start, device=labels.device).repeat_interleave(M)
+    col_proxy = (labels.unsqueeze(1) * M + B + torch.arange(M, device=labels.device)).view(-1)
     return torch.cat([row_embedded, row_proxy]), torch.cat([col_embedded, col_proxy])
 
 

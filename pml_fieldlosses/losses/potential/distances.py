@@ -217,13 +217,17 @@ class Bfloat16Factors:
         self. The residuals p - p~ are computed in blocks of 4 ``gather_entries`` coordinates
         (float32 temporaries of at most a few MB)."""
         n, D = points.shape
-        self.columns = columns = kept_buffer(self.columns, (n, D + 4), points, torch.bfloat16)
+        columns = kept_buffer(self.columns, (n, D + 4), points, torch.bfloat16)
+        if columns is not self.columns:  # (the ones are written once per buffer)
+            columns[:, D : D + 2] = 1
+        self.columns = columns
         # kept for the most rows asked for so far (a re-anchoring's rows vary from step to step),
         # padded (lower_bounds): finite values beyond the rows written, whose products are not read
         kept, needed = self._row_buffer, padded_rows(num_rows)
         if kept is None or kept.shape[1] != D + 4 or kept.device != points.device or len(kept) < needed:
             grown = needed if kept is None else max(needed, len(kept))
             self._row_buffer = points.new_zeros(grown, D + 4, dtype=torch.bfloat16)
+            self._row_buffer[:, D + 2 :] = 1
         self.rows = rows = self._row_buffer[:num_rows]
         rounded = columns[:, :D].copy_(points)
         sq_norms, residuals = points.new_empty(n), points.new_empty(n)
@@ -239,14 +243,15 @@ class Bfloat16Factors:
         torch.mul(rounded[:num_rows], -2, out=rows[:, :D])  # exact
         high = sq_norms.to(torch.bfloat16)
         low = (sq_norms - high.float()).to(torch.bfloat16)  # the difference is exact in float32
-        rows[:, D], rows[:, D + 1], rows[:, D + 2 :] = high[:num_rows], low[:num_rows], 1
-        columns[:, D : D + 2], columns[:, D + 2], columns[:, D + 3] = 1, high, low
+        split = torch.stack([high, low], dim=1)
+        rows[:, D : D + 2], columns[:, D + 2 :] = split[:num_rows], split
         eps = 2.0**-24
         # float32 sums of k terms err by at most gamma(k) times the sum of their magnitudes
         gamma = lambda k: k * eps / (1 - k * eps)  # noqa: E731
         # (the norms' and residuals' own float32 rounding: relative, within gamma(D) + 2^-22)
-        largest = (sq_norms.max().item() if n else 0.0) * (1 + 2 * gamma(D) + 2.0**-21)
-        self.radius = 2 * (residuals.max().item() if n else 0.0) * (1 + 2 * gamma(D) + 2.0**-21)
+        largest, residual = torch.stack([sq_norms.max(), residuals.max()]).tolist() if n else (0.0, 0.0)
+        largest *= 1 + 2 * gamma(D) + 2.0**-21
+        self.radius = 2 * residual * (1 + 2 * gamma(D) + 2.0**-21)
         self.error = (
             # the float32 sums of D + 4 exact products, whose magnitudes add up to <= 4.02 largest
             4.02 * gamma(D + 4) * largest
