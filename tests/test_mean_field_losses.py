@@ -11,8 +11,7 @@ from pytorch_metric_learning import miners, reducers, regularizers
 from pytorch_metric_learning.distances import CosineSimilarity
 
 from pml_fieldlosses import losses
-from pml_fieldlosses.losses.base_mean_field_loss import _NormalizeScaledRows
-from pml_fieldlosses.utils.loss_utils import scale_rows_for_normalize
+from pml_fieldlosses.utils.loss_utils import NormalizedRows, scale_rows_for_normalize
 
 from .helpers import (
     DEVICE,
@@ -223,13 +222,18 @@ def test_large_beta_stays_finite():
     assert torch.isfinite(loss_fn.mean_fields.grad).all()
 
 
-# The mean fields are normalised by _NormalizeScaledRows, a fused form of autograd's chain
-# normalize(scale_rows_for_normalize(mean_fields)): it must give that chain's values and
-# gradients bit for bit (torch.equal: a zero may differ in sign), on rows of any scale.
+# The mean fields are normalised by NormalizedRows, a fused form of autograd's chain
+# normalize(scale_rows_for_normalize(mean_fields)) (the potential losses' proxies and
+# embeddings: of normalize(x), scaled=False): it must give that chain's values and gradients
+# bit for bit (torch.equal: a zero may differ in sign), on rows of any scale.
 
 
 def chain_normalize(x):
     return torch.nn.functional.normalize(scale_rows_for_normalize(x), p=2, dim=1)
+
+
+def plain_normalize(x):
+    return torch.nn.functional.normalize(x, p=2, dim=1)
 
 
 def rows_of_scales(log_scales, dtype, generator):
@@ -269,22 +273,24 @@ def test_fused_normalization_equals_autograds_chain_bit_for_bit(data, dtype, see
         .to(dtype)
         .to(DEVICE)
     )
-    fused = _NormalizeScaledRows.apply(x, 1e-12)
-    (fused_grad,) = torch.autograd.grad(fused, x, upstream)
-    chain = chain_normalize(x)
-    (chain_grad,) = torch.autograd.grad(chain, x, upstream)
-    assert torch.equal(fused, chain) and torch.equal(fused_grad, chain_grad)
+    for scaled, chain_of in [(True, chain_normalize), (False, plain_normalize)]:
+        fused = NormalizedRows.apply(x, 1e-12, scaled)
+        (fused_grad,) = torch.autograd.grad(fused, x, upstream)
+        chain = chain_of(x)
+        (chain_grad,) = torch.autograd.grad(chain, x, upstream)
+        assert torch.equal(fused, chain) and torch.equal(fused_grad, chain_grad)
 
 
 def test_fused_normalization_second_derivative_is_autograds_chain():
     g = torch.Generator().manual_seed(0)
     ordinary = rows_of_scales([0.0, -1.0, 1.0], torch.float64, g).requires_grad_()
-    assert torch.autograd.gradgradcheck(lambda x: _NormalizeScaledRows.apply(x, 1e-12), (ordinary,))
+    assert torch.autograd.gradgradcheck(lambda x: NormalizedRows.apply(x, 1e-12), (ordinary,))
+    assert torch.autograd.gradgradcheck(lambda x: NormalizedRows.apply(x, 1e-12, False), (ordinary,))
     x = rows_of_scales([0.0, None, 200.0, -3.0], torch.float64, g).requires_grad_()
     upstream = torch.randn(x.shape, generator=g, dtype=torch.float64)
     first = [
         torch.autograd.grad(f(x), x, upstream, create_graph=True)[0]
-        for f in (lambda x: _NormalizeScaledRows.apply(x, 1e-12), chain_normalize)
+        for f in (lambda x: NormalizedRows.apply(x, 1e-12), chain_normalize)
     ]
     second = [torch.autograd.grad(d.square().sum(), x)[0] for d in first]
     assert torch.equal(*first)

@@ -1,4 +1,3 @@
-import math
 
 import torch
 from pytorch_metric_learning.distances import BaseDistance, CosineSimilarity
@@ -7,61 +6,8 @@ from pytorch_metric_learning.utils import common_functions as c_f
 from torch.utils.checkpoint import checkpoint
 
 from ..utils import checks
-from ..utils.loss_utils import scale_rows_for_normalize
+from ..utils.loss_utils import NormalizedRows, scale_rows_for_normalize
 from .mixins import CheckedForwardMixin
-
-
-class _NormalizeScaledRows(torch.autograd.Function):
-    """normalize(scale_rows_for_normalize(x)) of a (C, D) matrix, as torch's normalize (p = 2,
-    eps) computes it: the same values and gradients, bit for bit (a zero entry of the gradient
-    may differ in sign). Autograd's chain of these ops makes nine (C, D) temporaries (the |x|
-    of the row scaling, the scaled rows, the division and their backward); here the forward
-    makes one and the backward two, with the same operations in the same order, hence the
-    same rounding. A second derivative (create_graph=True) differentiates autograd's chain."""
-
-    @staticmethod
-    def forward(ctx, x, eps):
-        scale = _row_scale(x)
-        normalized = x * scale
-        norm = normalized.norm(2, 1, True)
-        clamped = norm.clamp_min(eps)
-        normalized.div_(clamped)
-        ctx.save_for_backward(x, scale, normalized, norm, clamped)
-        ctx.eps = eps
-        return normalized
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, scale, normalized, norm, clamped = ctx.saved_tensors
-        if torch.is_grad_enabled():  # create_graph: a graph of the first derivative is wanted
-            with torch.enable_grad():
-                chain = torch.nn.functional.normalize(x * scale, p=2, dim=1, eps=ctx.eps)
-            return torch.autograd.grad(chain, x, grad, create_graph=True)[0], None
-        # autograd's steps: the division's gradient w.r.t. its denominator,
-        # -grad * ((y / n) / n) summed over the row (y = x * scale, y / n = normalized) ...
-        temp = normalized / clamped
-        temp.mul_(grad)
-        grad_norm = torch.where(norm >= ctx.eps, -temp.sum(dim=1, keepdim=True), 0.0)
-        # ... the norm's, grad_norm * (y / ||y||), 0 on zero rows (y is 0 there: dividing
-        # by 1 gives the 0 the masked NaN becomes) ...
-        torch.mul(x, scale, out=temp)
-        temp.div_(norm.masked_fill(norm == 0, 1.0)).mul_(grad_norm)
-        # ... added to the division's gradient w.r.t. its numerator, grad / n, times the scale
-        result = grad / clamped
-        return result.add_(temp).mul_(scale), None
-
-
-def _row_scale(x):
-    """The factor scale_rows_for_normalize multiplies x by (a power of two per row, 1 on rows
-    below its threshold), from the row's largest and smallest entry: its largest |entry|
-    without an |x| temporary (torch's aminmax is slower on CPU than the two reductions)."""
-    max_exponent = math.frexp(torch.finfo(x.dtype).max)[1]
-    threshold = 2.0 ** (max_exponent // 2 - 10)
-    x = x.detach()
-    largest = torch.maximum(x.amax(dim=1, keepdim=True), -x.amin(dim=1, keepdim=True))
-    exponent = torch.frexp(largest).exponent.to(x.dtype)
-    exponent = exponent.masked_fill(largest < threshold, 0.0)
-    return torch.pow(x.new_tensor(2.0), -exponent)
 
 
 # Shared part of the losses of "Mean Field Theory in Deep Metric Learning"
@@ -148,12 +94,12 @@ class BaseMeanFieldLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
     def normalized_mean_fields(self):
         """self.distance.normalize(self.normalizable_mean_fields()): the same values and
         gradients. On CPU, where the passes over the (C, D) parameter dominate a step, in
-        fewer passes (_NormalizeScaledRows) when the distance normalises as PML's
+        fewer passes (NormalizedRows) when the distance normalises as PML's
         BaseDistance does (p = 2); on a GPU the step is bound by kernel launches, which
         autograd's chain issues with less Python overhead."""
         if self.mean_fields.device.type != "cpu" or not self._plain_normalization():
             return self.distance.normalize(self.normalizable_mean_fields())
-        return _NormalizeScaledRows.apply(self.mean_fields, 1e-12)  # torch's normalize's eps
+        return NormalizedRows.apply(self.mean_fields, 1e-12)  # torch's normalize's eps
 
     def mean_field_similarities(self, embeddings):
         """self.distance(embeddings, self.normalizable_mean_fields()), B x C: the

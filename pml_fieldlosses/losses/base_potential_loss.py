@@ -5,6 +5,7 @@ from pytorch_metric_learning.reducers import SumReducer
 from pytorch_metric_learning.utils import common_functions as c_f
 
 from ..utils import checks
+from ..utils.loss_utils import NormalizedRows
 from .mixins import CheckedForwardMixin
 from .potential.candidates import canonical_order, class_pairs, embedding_candidates
 from .potential.distances import (
@@ -152,7 +153,8 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         checks.ref_not_supported(self, embeddings, labels, ref_emb, ref_labels)
         self.cast_types(embeddings.dtype, embeddings.device)
         B = len(embeddings)
-        embeddings = self.distance.maybe_normalize(embeddings)
+        if self.distance.normalize_embeddings:
+            embeddings = self.normalized(embeddings)
         # PML's regularizers take one row per vector: (num_classes * proxies_per_class, D)
         raw_proxies = self.proxies.reshape(-1, self.embedding_size)
         # (a NaN proxy would make the dense energies NaN, and drop out of the searches' pairs)
@@ -182,7 +184,22 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
     def proxy_points(self, raw_proxies):
         """The proxies as points of the field: rows of ``raw_proxies``,
         normalised if ``normalize_proxies``."""
-        return self.distance.normalize(raw_proxies) if self.normalize_proxies else raw_proxies
+        return self.normalized(raw_proxies) if self.normalize_proxies else raw_proxies
+
+    def normalized(self, rows):
+        """self.distance.normalize(rows): the same values and gradients. On CPU, where the
+        passes over the proxies weigh in a step, in fewer passes (NormalizedRows, bit for bit
+        torch's normalize) when the distance normalises as PML's does (p = 2); on a GPU the
+        step is bound by kernel launches, which autograd's chain issues with less Python
+        overhead."""
+        distance = self.distance
+        if (
+            rows.device.type != "cpu"
+            or type(distance).normalize is not LpDistance.normalize
+            or distance.p != 2
+        ):
+            return distance.normalize(rows)
+        return NormalizedRows.apply(rows, 1e-12, False)  # torch's normalize's eps
 
     def proxy_labels(self, device):
         classes = torch.arange(self.num_classes, device=device)

@@ -119,3 +119,62 @@ class UnitRows(torch.autograd.Function):
     def backward(ctx, grad, _):
         unit, norms = ctx.saved_tensors
         return unit_rows_backward(grad, unit, norms, ctx.eps), None
+
+
+class NormalizedRows(torch.autograd.Function):
+    """torch's normalize (p = 2, over the rows of a 2D ``x``, ``eps``) of
+    scale_rows_for_normalize(x) (``scaled``, the default) or of x itself, as autograd's chain
+    of those ops computes it: the same values and gradients, bit for bit (a zero entry of the
+    gradient may differ in sign). Autograd's chain makes up to nine (C, D) temporaries (the
+    |x| of the row scaling, the scaled rows, the division and their backward); here the
+    forward makes one and the backward two, with the same operations in the same order, hence
+    the same rounding. A second derivative (create_graph=True) differentiates autograd's
+    chain."""
+
+    @staticmethod
+    def forward(ctx, x, eps, scaled=True):
+        scale = _row_scale(x) if scaled else None
+        norm_of = x * scale if scaled else x
+        norm = norm_of.norm(2, 1, True)
+        clamped = norm.clamp_min(eps)
+        normalized = norm_of.div_(clamped) if scaled else x / clamped
+        ctx.save_for_backward(x, scale, normalized, norm, clamped)
+        ctx.eps = eps
+        return normalized
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, scale, normalized, norm, clamped = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: a graph of the first derivative is wanted
+            with torch.enable_grad():
+                rows = x * scale if scale is not None else x
+                chain = torch.nn.functional.normalize(rows, p=2, dim=1, eps=ctx.eps)
+            return torch.autograd.grad(chain, x, grad, create_graph=True)[0], None, None
+        # autograd's steps: the division's gradient w.r.t. its denominator,
+        # -grad * ((y / n) / n) summed over the row (y = x * scale, y / n = normalized) ...
+        temp = normalized / clamped
+        temp.mul_(grad)
+        grad_norm = torch.where(norm >= ctx.eps, -temp.sum(dim=1, keepdim=True), 0.0)
+        # ... the norm's, grad_norm * (y / ||y||), 0 on zero rows (y is 0 there: dividing
+        # by 1 gives the 0 the masked NaN becomes) ...
+        if scale is not None:
+            torch.mul(x, scale, out=temp)
+        else:
+            temp.copy_(x)
+        temp.div_(norm.masked_fill(norm == 0, 1.0)).mul_(grad_norm)
+        # ... added to the division's gradient w.r.t. its numerator, grad / n, times the scale
+        result = (grad / clamped).add_(temp)
+        return (result.mul_(scale) if scale is not None else result), None, None
+
+
+def _row_scale(x):
+    """The factor scale_rows_for_normalize multiplies x by (a power of two per row, 1 on rows
+    below its threshold), from the row's largest and smallest entry: its largest |entry|
+    without an |x| temporary (torch's aminmax is slower on CPU than the two reductions)."""
+    max_exponent = math.frexp(torch.finfo(x.dtype).max)[1]
+    threshold = 2.0 ** (max_exponent // 2 - 10)
+    x = x.detach()
+    largest = torch.maximum(x.amax(dim=1, keepdim=True), -x.amin(dim=1, keepdim=True))
+    exponent = torch.frexp(largest).exponent.to(x.dtype)
+    exponent = exponent.masked_fill(largest < threshold, 0.0)
+    return torch.pow(x.new_tensor(2.0), -exponent)
