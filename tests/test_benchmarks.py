@@ -21,7 +21,9 @@ def test_potential_training_prints_a_ratio_per_stage_and_loss():
     for C in (40, 300):
         for name in ("PFML", "CPML"):
             # the table's line (each window's cell is also printed alone as it closes)
-            (line,) = [line for line in out.splitlines() if re.match(rf"N={C}\s+{name}\s+start.*\| end", line)]
+            (line,) = [
+                line for line in out.splitlines() if re.match(rf"N={C}\s+{name}\s+start.*\| end", line)
+            ]
             ratios = re.findall(r"vs\s+[0-9]+ ms x\s*([0-9.]+)", line)
             assert len(ratios) == 3 and all(float(r) > 0 for r in ratios), line
             assert line.count("moves") == 3 and line.count("median") == 3, line
@@ -61,12 +63,19 @@ def test_relational_head_benchmark_prints_a_ratio_per_step():
     out = run_script("bench_relational_head.py", args)
     assert "autocast=none" in out.splitlines()[0], out
     for step in ("linear", "relational", "relational head + base loss only"):
-        (line,) = [line for line in out.splitlines() if re.match(rf"{re.escape(step)}\s+[0-9.]+\s+[0-9.]+$", line)]
+        (line,) = [
+            line for line in out.splitlines() if re.match(rf"{re.escape(step)}\s+[0-9.]+\s+[0-9.]+$", line)
+        ]
         assert float(line.split()[-1]) > 0, line
 
 
 def test_benchmarks_refuse_a_device_torch_cannot_use():
-    for name in ("bench_losses.py", "bench_precision.py", "bench_relational_head.py", "bench_potential_training.py"):
+    for name in (
+        "bench_losses.py",
+        "bench_precision.py",
+        "bench_relational_head.py",
+        "bench_potential_training.py",
+    ):
         result = subprocess.run(
             [sys.executable, str(BENCHMARKS / name), "--device", "nonsense"],
             capture_output=True,
@@ -151,3 +160,27 @@ def test_list_limit_benchmark_refuses_what_it_cannot_read(tmp_path):
         last = result.stderr.splitlines()[-1]
         assert result.returncode == 2 and expected in last, (args, result.stderr)
         assert expected == "--device" or f"state {args[0]}:" in last, last  # names its own argument
+
+
+def test_versions_compares_this_checkout_with_another_in_one_process():
+    """bench_versions.py against this same checkout (as the other version): a line per state
+    and loss with both times, their ratios, and the same losses at every step; a folder
+    without the package is refused naming --other."""
+    root = BENCHMARKS.parent
+    args = f"--other {root} --num-classes 30 --states 0 4 --window 3 --passes 2 --batch-size 32"
+    args += " --embedding-size 16 --input-size 16 --threads 1"
+    out = run_script("bench_versions.py", args)
+    lines = [line for line in out.splitlines() if line.startswith("N=30")]
+    assert len(lines) == 4, out  # 2 states x 2 losses
+    for line in lines:
+        ratios = re.findall(r"x([0-9.]+)", line)
+        assert len(ratios) == 2 and all(float(r) > 0 for r in ratios), line
+        assert float(re.search(r"this/other ([0-9.]+)", line).group(1)) > 0
+        assert line.endswith("same losses: yes"), line
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_versions.py"), "--other", str(root / "docs")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2 and "argument --other" in result.stderr and "Traceback" not in result.stderr

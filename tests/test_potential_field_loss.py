@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 import torch
+from pytorch_metric_learning.distances import LpDistance
 from pytorch_metric_learning.reducers import MeanReducer
 
 from pml_fieldlosses import losses
@@ -304,3 +305,39 @@ def test_radii_whose_power_overflows_float32_are_refused():
     with pytest.raises(ValueError, match=r"delta\*\*2"):
         losses.PotentialFieldLoss(5, 4, delta=1e16)
     losses.PotentialFieldLoss(5, 4, delta=1e-3, alpha=6.0, repulsion_delta=0.2)  # 1e18: fits with headroom
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["dense", "scalable"])
+def test_normalisation_is_pmls_bit_for_bit(dtype, path):
+    """The loss normalises the proxies and embeddings in fewer passes on CPU (NormalizedRows):
+    the same loss and gradients, bit for bit, as with PML's distance.normalize; a distance
+    with a normalize of its own is called as it is."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(24, EMBEDDING_SIZE, generator=g, dtype=dtype)
+    labels = torch.randint(0, NUM_CLASSES, (24,), generator=g)
+    results = []
+    for distance in (LpDistance(), OwnNormalize()):
+        loss_fn = losses.PotentialFieldLoss(
+            NUM_CLASSES, EMBEDDING_SIZE, distance=distance, dense=path == "dense"
+        )
+        loss_fn = loss_fn.to(dtype)
+        with torch.no_grad():
+            loss_fn.proxies.copy_(
+                torch.randn(loss_fn.proxies.shape, generator=torch.Generator().manual_seed(8))
+            )
+        xg = x.clone().requires_grad_()
+        loss = loss_fn(xg, labels)
+        results.append([loss, *torch.autograd.grad(loss, [xg, loss_fn.proxies])])
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+    assert OwnNormalize.calls > 0
+
+
+class OwnNormalize(LpDistance):
+    """PML's normalisation, as a distance of one's own would define it."""
+
+    calls = 0
+
+    def normalize(self, embeddings, dim=1, **kwargs):
+        OwnNormalize.calls += 1
+        return torch.nn.functional.normalize(embeddings, p=self.p, dim=dim, **kwargs)
