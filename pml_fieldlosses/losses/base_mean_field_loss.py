@@ -1,4 +1,3 @@
-
 import torch
 from pytorch_metric_learning.distances import BaseDistance, CosineSimilarity
 from pytorch_metric_learning.losses import BaseMetricLossFunction, WeightRegularizerMixin
