@@ -126,9 +126,8 @@ def same_class_entries(point_labels, num_embeddings, proxies_per_class, start, s
     class-major, M of each class)."""
     B, M = num_embeddings, proxies_per_class
     labels = point_labels[start:stop]
-    later = torch.arange(B, device=labels.device) > torch.arange(start, stop, device=labels.device).unsqueeze(
-        1
-    )
+    rows = torch.arange(start, stop, device=labels.device)
+    later = torch.arange(B, device=labels.device) > rows.unsqueeze(1)
     row_embedded, col_embedded = ((labels.unsqueeze(1) == point_labels[:B]) & later).nonzero().unbind(1)
     row_proxy = torch.arange(stop - start, device=labels.device).repeat_interleave(M)
     col_proxy = (labels.unsqueeze(1) * M + B + torch.arange(M, device=labels.device)).view(-1)
