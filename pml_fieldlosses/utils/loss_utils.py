@@ -76,15 +76,7 @@ def scale_rows_for_normalize(x):
     """
     if x is None:
         return None
-    max_exponent = math.frexp(torch.finfo(x.dtype).max)[1]
-    threshold = 2.0 ** (max_exponent // 2 - 10)
-    largest = x.detach().abs().amax(dim=1, keepdim=True)
-    # no branch on the values (no device synchronisation): other rows are multiplied by 1. The
-    # exponents (small integers, exact in x's dtype) are masked in x's dtype: torch.compile's
-    # inductor fails to compile (CPU) a masked int32 frexp exponent next to float64 values
-    exponent = torch.frexp(largest).exponent.to(x.dtype)
-    exponent = exponent.masked_fill(largest < threshold, 0.0)
-    return x * torch.pow(x.new_tensor(2.0), -exponent)
+    return x * _row_scale(x)
 
 
 def unit_rows(x, eps):
@@ -175,6 +167,9 @@ def _row_scale(x):
     threshold = 2.0 ** (max_exponent // 2 - 10)
     x = x.detach()
     largest = torch.maximum(x.amax(dim=1, keepdim=True), -x.amin(dim=1, keepdim=True))
+    # no branch on the values (no device synchronisation): other rows are multiplied by 1. The
+    # exponents (small integers, exact in x's dtype) are masked in x's dtype: torch.compile's
+    # inductor fails to compile (CPU) a masked int32 frexp exponent next to float64 values
     exponent = torch.frexp(largest).exponent.to(x.dtype)
     exponent = exponent.masked_fill(largest < threshold, 0.0)
     return torch.pow(x.new_tensor(2.0), -exponent)
