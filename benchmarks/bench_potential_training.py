@@ -153,7 +153,8 @@ class Run:
 
     def step(self, inputs, labels, step, timed):
         """One training step; if ``timed``, records the loss's forward + backward
-        time, how its proxy pairs were found and its proxies' displacements."""
+        time, how its proxy pairs were found and its proxies' displacements. Returns the
+        loss (detached)."""
         self.optimizer.zero_grad()
         self.loss_optimizer.zero_grad()
         with autocast(self.args):
@@ -166,13 +167,13 @@ class Run:
         before = normalised_proxies(self.loss_fn) if timed and self.neighbors is not None else None
         self.optimizer.step()
         self.loss_optimizer.step()
-        if not timed:
-            return
-        record = {"seconds": seconds}
-        if self.neighbors is not None:
-            moves = torch.linalg.vector_norm(normalised_proxies(self.loss_fn) - before, dim=1)
-            record.update(moves=moves.float().cpu(), mode=self.mode(), work=self.proxy_pair_work())
-        self.records[step] = record
+        if timed:
+            record = {"seconds": seconds}
+            if self.neighbors is not None:
+                moves = torch.linalg.vector_norm(normalised_proxies(self.loss_fn) - before, dim=1)
+                record.update(moves=moves.float().cpu(), mode=self.mode(), work=self.proxy_pair_work())
+            self.records[step] = record
+        return loss.detach()
 
     def timed(self, step):
         return any(first <= step < first + length for first, length in self.windows.values())

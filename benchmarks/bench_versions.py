@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 from bench_potential_training import DATA, Data, Run
-from device import add_device_options, check_device, clock
+from device import add_device_options, check_device
 from pytorch_metric_learning import losses as pml_losses
 
 from pml_fieldlosses import losses
@@ -70,34 +70,21 @@ def copy_run(run, loss_fn, args):
     return other
 
 
-def timed_step(run, inputs, labels):
-    """One training step; the loss's forward and backward time (s) and the loss value."""
-    run.optimizer.zero_grad()
-    run.loss_optimizer.zero_grad()
-    embeddings = run.trunk(inputs)
-    start = clock(run.device)
-    loss = run.loss_fn(embeddings, labels)
-    loss.backward()
-    seconds = clock(run.device) - start
-    run.optimizer.step()
-    run.loss_optimizer.step()
-    return seconds, loss.item()
-
-
 def compare(runs, batches, passes):
-    """Median step (ms) of each run over ``passes`` passes but the first, and whether the two
-    versions gave the same loss at every step."""
-    times = {name: [] for name in runs}
-    same = True
-    for index in range(passes):
+    """Median step (ms) of each run over ``passes`` passes but the first (Run.step's time of
+    the loss's forward and backward), and whether the two versions gave the same loss at
+    every step."""
+    same, step = True, 0
+    for _ in range(passes):
         for inputs, labels in batches:
-            values = {}
-            for name, run in runs.items():
-                seconds, values[name] = timed_step(run, inputs, labels)
-                if index:
-                    times[name].append(seconds)
-            same &= values["this"] == values["other"]
-    return {name: 1e3 * statistics.median(t) for name, t in times.items()}, same
+            values = {name: run.step(inputs, labels, step, timed=True) for name, run in runs.items()}
+            same &= values["this"].item() == values["other"].item()
+            step += 1
+    first_timed = len(batches)  # the first pass warms up
+    return {
+        name: 1e3 * statistics.median(run.records[s]["seconds"] for s in range(first_timed, step))
+        for name, run in runs.items()
+    }, same
 
 
 def main():
