@@ -196,18 +196,21 @@ def test_bfloat16_factors_of_the_later_points_are_views_with_the_same_bounds():
 
 
 @pytest.mark.parametrize("share", [0.0, 1e-4, 0.01, 0.5, 1.0])
-def test_entries_below_equal_nonzero(share):
+@pytest.mark.parametrize("nan_every", [7, 997])
+def test_entries_below_equal_nonzero(share, nan_every):
     """entries_below: the same indices, in the same order, as (sq < threshold).nonzero(), for
-    masks from empty to full, with NaN and inf entries and empty blocks."""
-    g = torch.Generator().manual_seed(int(share * 1e4))
-    for shape in [(0, 5), (5, 0), (1, 1), (37, 101), (300, 40)]:
+    masks from empty to full, with NaN and inf entries (in every tile, or in a few) and empty
+    blocks, whole tiles or not, scanned whole or tile by tile."""
+    g = torch.Generator().manual_seed(int(share * 1e4) + nan_every)
+    for shape in [(0, 5), (5, 0), (1, 1), (3, 100), (37, 101), (300, 40), (64, 128), (400, 333)]:
         sq = 1 + torch.rand(shape, generator=g)
         sq[torch.rand(shape, generator=g) < share] = 0.5
         if sq.numel():
-            sq.view(-1)[::7] = float("nan")
-            sq.view(-1)[3::11] = float("inf")
+            sq.view(-1)[::nan_every] = float("nan")
+            sq.view(-1)[3 :: nan_every + 4] = float("inf")
         expected = (sq < 0.9).nonzero().unbind(1)
-        assert all(torch.equal(a, b) for a, b in zip(entries_below(sq, 0.9), expected))
+        for tile in [1, 8, 64]:
+            assert all(torch.equal(a, b) for a, b in zip(entries_below(sq, 0.9, tile), expected))
 
 
 def test_padded_rows_are_few_shapes_at_most_a_quarter_larger():

@@ -206,7 +206,8 @@ def test_a_reanchoring_takes_along_the_points_its_search_could_make_fail():
     """The points that the search of the failing points could make fail (their clearance lowered
     to the search's radius) are re-anchored with them when they are few: every point a second
     search would have re-anchored (the same list without them, from the same state) is among
-    them, so those updates make one search instead of two. Exact at every update."""
+    them, so those updates make one search instead of two, and test no point again: after
+    every update every point passes its displacement test. Exact at every update."""
     g = torch.Generator().manual_seed(1)
     neighbors = NeighborList(chunk_entries=4099, pair_cost=1)
     points = slow_build(neighbors, sphere(600, 2, g), g)
@@ -215,11 +216,14 @@ def test_a_reanchoring_takes_along_the_points_its_search_could_make_fail():
     for _ in range(30):
         points = walk(points, torch.ones(len(points), dtype=torch.bool), 0.004, g, direction)
         without = copy.deepcopy(neighbors)
-        without._could_fail_next = lambda displacements, moved, count: torch.zeros_like(moved)
+        without._could_fail_next = lambda displacements, moved, count: None  # never taken along
         taken, second = recorded_reanchorings(neighbors), recorded_reanchorings(without)
         returned = neighbors.update(points, GROUP, CUTOFF, MAX_SKIN)
         assert pair_set(returned) == pair_set(without.update(points, GROUP, CUTOFF, MAX_SKIN))
         check_exact(neighbors, points, returned)
+        state = neighbors.state
+        displacements = torch.linalg.vector_norm(points - state.reference, dim=1)
+        assert not neighbors._beyond_allowance(displacements, state.clearance).any()
         del neighbors._reanchor
         if len(taken) == 1 and len(second) == 2:
             one_instead_of_two += 1

@@ -353,19 +353,31 @@ def row_blocks(points, num_rows, chunk_entries, factors=None, near=0.0):
         yield start, sq_distance_block(rows, row_sq_norms, points[start:], sq_norms[start:]), 0.0
 
 
-def entries_below(sq, threshold):
+def entries_below(sq, threshold, tile=64):
     """The (row, col) indices of the entries of the 2D ``sq`` below ``threshold``, as
     ``(sq < threshold).nonzero()`` gives them (row-major). nonzero scans a mask on one CPU
-    thread (about 2 ms for 5 M entries), so when at most half the rows may have an entry below
-    (their minimum tells, or is NaN), only those rows are scanned (measured on 2 CPU cores: the
-    same time at about 60%, 2 to 5 times faster at 10%)."""
-    if sq.numel() == 0:
+    thread (about 2 ms for 5 M entries, at 0.4 ns an entry), so the entries are first screened
+    in tiles of ``tile`` consecutive entries (row-major, across rows) by their minimum (one
+    parallel reduction), and when at most half the entries are in tiles that may hold one (their
+    minimum tells, or is NaN), only those tiles are scanned (measured on 2 CPU cores: 2.9 ms ->
+    0.47 ms for 4 M entries of which 0.05 % below, 78 -> 54 us for the embeddings' 256 x 1 056
+    block late in training; the same time when most tiles must be scanned)."""
+    n = sq.numel()
+    if n < 8 * tile:
         return (sq < threshold).nonzero().unbind(1)
-    rows = (~(sq.amin(dim=1) >= threshold)).nonzero().squeeze(1)
-    if 2 * len(rows) > len(sq):
+    flat = sq.reshape(-1)
+    whole = n - n % tile
+    tiles = flat[:whole].view(-1, tile)
+    hit = (~(tiles.amin(dim=1) >= threshold)).nonzero().squeeze(1)
+    if 2 * len(hit) * tile > n:
         return (sq < threshold).nonzero().unbind(1)
-    row, col = (sq[rows] < threshold).nonzero().unbind(1)
-    return rows[row], col
+    # tiles in ascending order, entries ascending within each: the row-major order of nonzero
+    within, offset = (tiles[hit] < threshold).nonzero().unbind(1)
+    index = hit[within].mul_(tile).add_(offset)
+    if whole < n:  # the last entries, fewer than a tile
+        index = torch.cat([index, (flat[whole:] < threshold).nonzero().squeeze(1).add_(whole)])
+    columns = sq.shape[1]
+    return index.div(columns, rounding_mode="floor"), index.remainder(columns)
 
 
 def sq_distance_block(rows, row_sq_norms, columns, column_sq_norms):

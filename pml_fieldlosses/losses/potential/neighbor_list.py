@@ -275,25 +275,31 @@ class NeighborList(PairSearch):
             count = moved.sum().item()
             if self.stats.last_reanchored + count > self.max_reanchored * len(points):
                 return self._build(points, state.group_size, state.cutoff, state.max_skin)
-            moved |= self._could_fail_next(displacements, moved, count)
+            could_fail = self._could_fail_next(displacements, moved, count)
+            if could_fail is not None:
+                moved |= could_fail
             self._reanchor(points, moved)
             if state.pairs.shape[1] > self.max_pairs(points):
                 return self._build(points, state.group_size, state.cutoff, state.max_skin)
             displacements = displacements.masked_fill(moved, 0.0)
+            if could_fail is not None:  # every point passes now: no need to test them again
+                return self._may_be_close(points, displacements)
 
     def _could_fail_next(self, displacements, moved, count):
         """The points that the search of the ``count`` ``moved`` points could make fail their test,
         when taking them along costs less than a second search (whose fixed work, at small n,
         exceeds a whole search's per-row work): the search lowers clearances to at least its
         radius, cutoff + the re-anchoring skin, and its points pass with no displacement. Taken
-        if they add at most half the search's rows and stay within ``max_reanchored``; else
-        none (a second search re-anchors those that do fail)."""
+        if they add at most half the search's rows and stay within ``max_reanchored``: then,
+        searched with them, every point passes its test after the search (the clearances it
+        leaves are at least those this prediction assumed, and the displacements at most). Else
+        None: the test runs again, and a second search re-anchors those that do fail."""
         radius = self.state.cutoff + self._reanchoring_skin()
         lowered = self.state.clearance.clamp(max=radius)
         could_fail = self._beyond_allowance(displacements.masked_fill(moved, 0.0), lowered) & ~moved
         extra = could_fail.sum().item()
         budget = self.max_reanchored * len(moved) - self.stats.last_reanchored - count
-        return could_fail if extra <= min(count / 2, budget) else torch.zeros_like(moved)
+        return could_fail if extra <= min(count / 2, budget) else None
 
     def _beyond_allowance(self, displacements, clearance):
         """The points to re-anchor, given their ``clearance`` r (the state's, or lower bounds of
