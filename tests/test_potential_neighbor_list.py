@@ -746,6 +746,33 @@ def test_dense_steps_decide_as_the_whole_counts(monkeypatch, dtype):
     assert sweeps.count("counts") == builds_from_dense
 
 
+def test_a_dense_step_that_cannot_keep_a_list_counts_nothing(monkeypatch):
+    """Points that move so fast that no skin is worth keeping (the skin their speed calls for is
+    below smallest_skin): each dense step sweeps at the cutoff alone, with no pair counts by
+    distance (they could not make it build), and returns every close pair."""
+    whole_sweep, sweeps = pair_search.dense_sweep, []
+
+    def recording_sweep(*args, **kwargs):
+        sweep = whole_sweep(*args, **kwargs)
+        sweeps.append(
+            "within" if sweep.within is not None else "counts" if sweep.counts is not None else "none"
+        )
+        return sweep
+
+    monkeypatch.setattr(neighbor_list, "dense_sweep", recording_sweep)
+    g = torch.Generator().manual_seed(8)
+    neighbors = NeighborList(pair_cost=1000)  # room for 19 pairs of 200 points: the list is given up
+    points = torch.randn(200, 3, generator=g, dtype=torch.float64)
+    for _ in range(8):
+        points = points + 0.2 * torch.randn(points.shape, generator=g, dtype=points.dtype)
+        found = neighbors.update(points, 2, 0.5, 0.3)
+        expected = true_close_pairs(points, 2, 0.5)
+        assert set(map(tuple, found.T.tolist())) == set(map(tuple, expected.nonzero().tolist()))
+    assert not neighbors.state.kept and neighbors.choose_skin(0.3) < neighbors.smallest_skin()
+    assert neighbors.stats.num_dense_steps >= 5 and sweeps.count("none") == neighbors.stats.num_dense_steps
+    assert "counts" not in sweeps
+
+
 def shell(n, dim, median, generator):
     """n unit vectors around one direction, at pairwise distances concentrated
     around ``median`` (a cap of the sphere in ``dim`` dimensions)."""

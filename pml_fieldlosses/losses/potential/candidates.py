@@ -148,13 +148,13 @@ def class_pairs(proxies, proxies_per_class, delta, gather_entries):
     threshold = delta**2 - squared_distance_slack(proxies)
     grouped = proxies.view(N, M, D)
     step = max(1, gather_entries // (len(first) * D))
-    far = torch.cat(
-        [
-            (grouped[start : start + step, first] - grouped[start : start + step, second]).pow(2).sum(dim=2)
-            > threshold
-            for start in range(0, N, step)
-        ]
-    )
+    # written block by block into one mask (pair_sq_distances_in_blocks says why)
+    far = torch.empty(N, len(first), dtype=torch.bool, device=proxies.device)
+    for start in range(0, N, step):
+        blocks = grouped[start : start + step]
+        torch.gt(
+            (blocks[:, first] - blocks[:, second]).pow(2).sum(dim=2), threshold, out=far[start : start + step]
+        )
     classes, which = far.nonzero().unbind(1)
     return torch.stack([classes * M + first[which], classes * M + second[which]])
 

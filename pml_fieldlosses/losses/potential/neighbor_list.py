@@ -392,8 +392,10 @@ class NeighborList(PairSearch):
         choice = self.dense_choice
         if factors is None:  # (else the caller's, of these points: wants_factors)
             factors = self.bfloat16_factors(points, len(points), choice)
+        # (no skin can be kept: the sweep at the cutoff alone, with no counts)
+        swept = radii if within_bin is not None else radii[:1]
         sweep = dense_sweep(
-            points, state.group_size, state.cutoff, radii, self.chunk_entries, factors, within_bin, max_pairs
+            points, state.group_size, state.cutoff, swept, self.chunk_entries, factors, within_bin, max_pairs
         )
         self.stats.last_searched += sweep.searched
         self.stats.num_dense_steps += 1
