@@ -294,7 +294,9 @@ class NeighborList(PairSearch):
         searched with them, every point passes its test after the search (the clearances it
         leaves are at least those this prediction assumed, and the displacements at most). Else
         None: the test runs again, and a second search re-anchors those that do fail."""
-        radius = self.state.cutoff + self._reanchoring_skin()
+        # (a hair below the radius: the clearances the search computes in the points' precision
+        # may round a few units of the last place below it)
+        radius = (self.state.cutoff + self._reanchoring_skin()) * (1 - 2.0**-20)
         lowered = self.state.clearance.clamp(max=radius)
         could_fail = self._beyond_allowance(displacements.masked_fill(moved, 0.0), lowered) & ~moved
         extra = could_fail.sum().item()
