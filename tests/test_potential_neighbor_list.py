@@ -721,12 +721,9 @@ def expanding_run(dtype, neighbors):
     return trace
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_dense_steps_decide_as_the_whole_counts(monkeypatch, dtype):
-    """A dense step counts only the pairs within the first radius whose skin reaches
-    smallest_skin, and the pairs by distance only when they fit (then it builds): the same
-    builds, lists, dense steps and pairs as the rule applied to the whole counts at every dense
-    step, from clustered points to points spread enough for a list."""
+def recorded_sweeps(monkeypatch):
+    """The list's dense sweeps from now on, as what each counted: "within" (the pairs up to one
+    bin), "counts" (the pairs by distance) or "none"."""
     whole_sweep, sweeps = pair_search.dense_sweep, []
 
     def recording_sweep(*args, **kwargs):
@@ -737,6 +734,16 @@ def test_dense_steps_decide_as_the_whole_counts(monkeypatch, dtype):
         return sweep
 
     monkeypatch.setattr(neighbor_list, "dense_sweep", recording_sweep)
+    return sweeps
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dense_steps_decide_as_the_whole_counts(monkeypatch, dtype):
+    """A dense step counts only the pairs within the first radius whose skin reaches
+    smallest_skin, and the pairs by distance only when they fit (then it builds): the same
+    builds, lists, dense steps and pairs as the rule applied to the whole counts at every dense
+    step, from clustered points to points spread enough for a list."""
+    sweeps = recorded_sweeps(monkeypatch)
     trace = expanding_run(dtype, NeighborList())
     assert trace == expanding_run(dtype, WholeCountsList())
     kept = [k for k, *_ in trace]
@@ -750,16 +757,7 @@ def test_a_dense_step_that_cannot_keep_a_list_counts_nothing(monkeypatch):
     """Points that move so fast that no skin is worth keeping (the skin their speed calls for is
     below smallest_skin): each dense step sweeps at the cutoff alone, with no pair counts by
     distance (they could not make it build), and returns every close pair."""
-    whole_sweep, sweeps = pair_search.dense_sweep, []
-
-    def recording_sweep(*args, **kwargs):
-        sweep = whole_sweep(*args, **kwargs)
-        sweeps.append(
-            "within" if sweep.within is not None else "counts" if sweep.counts is not None else "none"
-        )
-        return sweep
-
-    monkeypatch.setattr(neighbor_list, "dense_sweep", recording_sweep)
+    sweeps = recorded_sweeps(monkeypatch)
     g = torch.Generator().manual_seed(8)
     neighbors = NeighborList(pair_cost=1000)  # room for 19 pairs of 200 points: the list is given up
     points = torch.randn(200, 3, generator=g, dtype=torch.float64)
