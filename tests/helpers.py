@@ -141,3 +141,8 @@ def assert_input_gradient_finite(x, loss_of):
     (expected,) = torch.autograd.grad(loss_of(full), [full])
     assert torch.isfinite(expected).all(), "non-finite float32 input gradient"
     assert torch.equal(x.grad, expected.half()), "the float16 gradient is not the float32 one cast"
+
+
+def pair_set(pairs):
+    """A (2, K) tensor of index pairs as a set of (i, j) tuples."""
+    return set(map(tuple, pairs.T.tolist()))

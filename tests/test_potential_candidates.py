@@ -24,7 +24,7 @@ from pml_fieldlosses.losses.potential.distances import (
     padded_rows,
 )
 
-from .helpers import assert_close, gradients
+from .helpers import assert_close, gradients, pair_set
 from .naive_potential import check_dense_reference
 
 
@@ -37,10 +37,6 @@ def clustered_points(seed, num_points, dim, spread, dtype):
     points = points + spread * torch.randn(num_points, dim, generator=g, dtype=torch.float64)
     points[1] = points[0]  # a coincident pair
     return torch.nn.functional.normalize(points, dim=1).to(dtype)
-
-
-def pairs_set(pairs):
-    return set(map(tuple, pairs.T.tolist()))
 
 
 @settings(max_examples=40, deadline=None)
@@ -80,11 +76,11 @@ def test_candidates_contain_every_pair_off_its_plateau(
         assert (block[0] < block[1]).all()
         keys = block[0] * (B + n) + block[1]
         assert (keys[1:] > keys[:-1]).all()
-    found = pairs_set(torch.cat(blocks, dim=1))
+    found = pair_set(torch.cat(blocks, dim=1))
     within_class = class_pairs(proxies, M, delta, chunk_entries)
     assert (within_class[0] < within_class[1]).all()
     assert (point_labels[B + within_class[0]] == point_labels[B + within_class[1]]).all()
-    found_within_class = pairs_set(within_class + B)
+    found_within_class = pair_set(within_class + B)
 
     exact = points.double()
     sq = (exact.unsqueeze(1) - exact.unsqueeze(0)).pow(2).sum(dim=2)
@@ -129,14 +125,14 @@ def test_bfloat16_products_find_the_pairs_just_off_their_plateau(dim):
     same = point_labels[:B].unsqueeze(1) == point_labels.unsqueeze(0)
     off = torch.where(same, sq > delta**2, sq < repulsion_delta**2)
     off &= torch.arange(B + len(proxies)).unsqueeze(0) > torch.arange(B).unsqueeze(1)
-    required = pairs_set(off.nonzero().T)
+    required = pair_set(off.nonzero().T)
     assert len(required) >= 2 * B * len(ratios)
     found = {}
     for name, factors in [("float32", None), ("bfloat16", Bfloat16Factors().update(points, B, 2**17))]:
         blocks, undecided = embedding_candidates(
             points, B, point_labels, len(ratios), delta, repulsion_delta, 2**22, factors
         )
-        found[name] = pairs_set(torch.cat(blocks, dim=1))
+        found[name] = pair_set(torch.cat(blocks, dim=1))
         assert required <= found[name], name
         # the pairs near the thresholds are what bfloat16 products leave to float32
         assert (undecided >= len(required)) == (factors is not None), (name, undecided)

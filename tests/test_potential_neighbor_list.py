@@ -16,7 +16,7 @@ from pml_fieldlosses.losses.potential import distances, neighbor_list, pair_sear
 from pml_fieldlosses.losses.potential.neighbor_list import NeighborList
 from pml_fieldlosses.losses.potential.pair_search import DenseSearch, bin_threshold
 
-from .helpers import assert_close
+from .helpers import assert_close, pair_set
 from .naive_potential import check_dense_reference, dense_reference
 
 
@@ -155,7 +155,7 @@ def test_dense_search_returns_the_close_pairs_and_agrees_with_the_list(monkeypat
         assert dense.stats.last_searched >= n * (n - 1) / 2 and dense.stats.num_dense_steps == step + 1
         assert dense.stats.last_evaluated >= dense.stats.last_returned == returned.shape[1]
         from_list = neighbors.update(points, group_size, cutoff, skin)
-        assert set(map(tuple, from_list.T.tolist())) == set(map(tuple, returned.T.tolist()))
+        assert pair_set(from_list) == pair_set(returned)
         moving = torch.rand(n, 1, generator=g) < 0.3
         walk = 0.02 * torch.randn(n, dim, generator=g, dtype=dtype)
         points = torch.nn.functional.normalize(points + walk * moving, dim=1)
@@ -765,7 +765,7 @@ def test_a_dense_step_that_cannot_keep_a_list_counts_nothing(monkeypatch):
         points = points + 0.2 * torch.randn(points.shape, generator=g, dtype=points.dtype)
         found = neighbors.update(points, 2, 0.5, 0.3)
         expected = true_close_pairs(points, 2, 0.5)
-        assert set(map(tuple, found.T.tolist())) == set(map(tuple, expected.nonzero().tolist()))
+        assert pair_set(found) == pair_set(expected.nonzero().T)
     assert not neighbors.state.kept and neighbors.choose_skin(0.3) < neighbors.smallest_skin()
     assert neighbors.stats.num_dense_steps >= 5 and sweeps.count("none") == neighbors.stats.num_dense_steps
     assert "counts" not in sweeps

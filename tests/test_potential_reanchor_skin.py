@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from pml_fieldlosses.losses.potential.neighbor_list import NeighborList
 
+from .helpers import pair_set
 from .naive_potential import check_dense_reference
 from .test_potential_neighbor_list import make_loss, true_close_pairs
 
@@ -196,10 +197,6 @@ def recorded_reanchorings(neighbors):
 
     neighbors._reanchor = recording
     return log
-
-
-def pair_set(pairs):
-    return set(map(tuple, pairs.T.tolist()))
 
 
 def test_a_reanchoring_takes_along_the_points_its_search_could_make_fail():
