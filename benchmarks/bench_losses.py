@@ -13,6 +13,11 @@ each (loss, shape) in a fresh subprocess: on CPU (Linux) the peak resident set
 size during one forward+backward (VmHWM, reset through /proc/self/clear_refs
 just before) minus the resident size before it, i.e. on top of the inputs and
 the loss's parameters; on CUDA torch.cuda.max_memory_allocated likewise.
+
+``--ops`` adds what one step asks of a GPU, counted on any device (benchmarks/ops.py): the
+aten operations dispatched (about one kernel launch each on a GPU, where a step at these
+shapes is bound by them) with their ratio to ProxyAnchorLoss's, and the operations after
+which the host waits for the device (data-dependent shapes, values read on the host).
 """
 
 import argparse
@@ -25,6 +30,7 @@ import sys
 
 import torch
 from device import add_device_options, autocast, check_device, clock, describe, synchronize
+from ops import OpCounter
 
 from pml_fieldlosses.app import catalog
 
@@ -78,6 +84,20 @@ def time_losses(names, batch_size, num_classes, args, reps):
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def count_ops(names, batch_size, num_classes, args):
+    """(operations, host waits) of one step of each loss, after a warm-up step (counted apart
+    from the timed steps: the counting costs time)."""
+    embeddings, labels = make_inputs(batch_size, num_classes, EMBEDDING_SIZE, args.device)
+    counts = {}
+    for name in names:
+        loss_fn = LOSSES[name](num_classes, EMBEDDING_SIZE).to(args.device)
+        forward_backward(loss_fn, embeddings, labels, args)
+        with OpCounter() as counter:
+            forward_backward(loss_fn, embeddings, labels, args)
+        counts[name] = (counter.ops, counter.waits)
+    return counts
+
+
 def proc_status_bytes(key):
     with open("/proc/self/status") as f:
         return int(re.search(rf"{key}:\s+(\d+) kB", f.read()).group(1)) * 1024
@@ -121,6 +141,11 @@ def main():
     add_device_options(parser)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument(
+        "--ops",
+        action="store_true",
+        help="also count each step's operations and host waits (benchmarks/ops.py)",
+    )
     parser.add_argument("--quick", action="store_true", help="B=64, C=100, 2 reps")
     parser.add_argument("--child", nargs=3, metavar=("LOSS", "B", "C"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -133,23 +158,26 @@ def main():
     names = list(dict.fromkeys(["ProxyAnchor"] + args.losses))
 
     print(f"{describe(args)} D={EMBEDDING_SIZE}")
-    print(
-        f"{'B':>5} {'C':>6} {'loss':<16} {'fwd+bwd ms':>10} {'xProxyAnchor':>12} {'us/sample':>9} {'peak MB':>8}"
-    )
+    header = f"{'B':>5} {'C':>6} {'loss':<16} {'fwd+bwd ms':>10} {'xProxyAnchor':>12} {'us/sample':>9} {'peak MB':>8}"
+    print(header + (f" {'ops':>6} {'xProxyAnchor':>12} {'waits':>5}" if args.ops else ""))
     for num_classes in args.num_classes:
         for batch_size in args.batch_sizes:
             times = time_losses(names, batch_size, num_classes, args, args.reps)
+            counts = count_ops(names, batch_size, num_classes, args) if args.ops else None
             for name in names:
                 memory = (
                     ""
                     if args.no_memory
                     else f"{peak_memory(name, batch_size, num_classes, args) / 2**20:8.1f}"
                 )
-                print(
+                line = (
                     f"{batch_size:>5} {num_classes:>6} {name:<16} {times[name] * 1e3:>10.2f} "
-                    f"{times[name] / times['ProxyAnchor']:>12.2f} {times[name] / batch_size * 1e6:>9.1f} {memory:>8}",
-                    flush=True,
+                    f"{times[name] / times['ProxyAnchor']:>12.2f} {times[name] / batch_size * 1e6:>9.1f} {memory:>8}"
                 )
+                if counts:
+                    (ops, waits), (reference_ops, _) = counts[name], counts["ProxyAnchor"]
+                    line += f" {ops:>6} {ops / reference_ops:>12.2f} {waits:>5}"
+                print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -46,6 +48,33 @@ def test_loss_benchmark_prints_ratios_under_autocast():
     assert out.startswith("device=cpu (CPU) autocast=bfloat16"), out
     (row,) = [line for line in out.splitlines() if line.split()[2:3] == ["MFCont"]]
     assert float(row.split()[4]) > 0, row
+
+
+def test_losses_benchmark_counts_operations_and_host_waits():
+    out = run_script("bench_losses.py", "--quick --no-memory --losses PFML --ops")
+    rows = {line.split()[2]: line.split() for line in out.splitlines() if line.split()[:2] == ["64", "100"]}
+    ops, ratio, waits = (float(value) for value in rows["PFML"][-3:])
+    assert rows["ProxyAnchor"][-2] == "1.00" and ops > float(rows["ProxyAnchor"][-3]) and ratio > 1, out
+    assert waits >= 1, out
+
+
+def test_op_counter_counts_the_operations_that_make_the_host_wait():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from ops import OpCounter
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    x = torch.arange(6.0)
+    with OpCounter() as counter:
+        y = x * 2 + 1  # two operations, no wait
+    assert (counter.ops, counter.waits) == (2, 0)
+    with OpCounter() as counter:
+        (y > 3).nonzero()  # gt, nonzero
+        y[y > 3]  # gt, index with a mask
+        y[torch.tensor([0, 2])]  # index with integers: no wait
+        y.sum().item()  # sum, _local_scalar_dense
+        y.repeat_interleave(torch.tensor([1, 0, 2, 1, 1, 1]))
+    assert counter.waits == 4 and counter.ops >= 8
 
 
 def test_precision_benchmark_deviations_are_ordered():

@@ -185,6 +185,43 @@ def test_chunked_and_checkpointed_paths_match_naive():
     assert loss_fn.neighbor_list.state.pairs.shape[1] > 10
 
 
+def test_gather_blocks_are_chunk_sized_off_the_cpu():
+    """On a GPU every block of gathered coordinates is a few kernel launches: the blocks are
+    as large as chunk_entries there, gather_entries on a CPU."""
+    loss_fn = losses.PotentialFieldLoss(NUM_CLASSES, EMBEDDING_SIZE)
+    loss_fn.chunk_entries, loss_fn.gather_entries = 2**22, 2**17
+    assert loss_fn.gather_block_entries(torch.device("cpu")) == 2**17
+    assert loss_fn.gather_block_entries(torch.device("cuda")) == 2**22
+    assert loss_fn.gather_block_entries(torch.device("meta")) == 2**22
+    loss_fn.gather_entries = 2**23  # larger than chunk_entries: kept
+    assert loss_fn.gather_block_entries(torch.device("cuda")) == 2**23
+
+
+@pytest.mark.parametrize("block", [EMBEDDING_SIZE, 2**30])
+def test_every_search_and_energy_block_takes_the_devices_block_size(block, monkeypatch):
+    """The loss passes gather_block_entries to every block loop (the energies, the embedding
+    and class searches, the neighbour list): tiny blocks and one whole block give the same
+    loss and gradients bit for bit, and the list keeps the size it was given."""
+    g = generator_for("gather blocks")
+    labels = [0, 0, 2, 2, 2, 5, 5, 1, 8, 8, 3]
+    x, proxies = random_inputs(len(labels), NUM_CLASSES, 3, torch.float64, g)
+    results = []
+    for patched in [False, True]:
+        loss_fn = losses.PotentialFieldLoss(NUM_CLASSES, EMBEDDING_SIZE, 3, delta=0.9, dense=False).double()
+        loss_fn.neighbor_list.pair_cost = 1  # keep the list however dense
+        if patched:
+            monkeypatch.setattr(loss_fn, "gather_block_entries", lambda device: block)
+        with torch.no_grad():
+            loss_fn.proxies.copy_(proxies)
+        inputs = x.clone().requires_grad_()
+        loss = loss_fn(inputs, torch.tensor(labels))
+        loss.backward()
+        results.append((loss, inputs.grad, loss_fn.proxies.grad))
+        assert loss_fn.neighbor_list.gather_entries == (block if patched else loss_fn.gather_entries)
+    for whole, blocked in zip(*results):
+        assert torch.equal(whole, blocked)
+
+
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("case", PFML_CASES)
 def test_gradcheck_float64(case, path):
