@@ -18,6 +18,9 @@ the loss's parameters; on CUDA torch.cuda.max_memory_allocated likewise.
 aten operations dispatched (about one kernel launch each on a GPU, where a step at these
 shapes is bound by them) with their ratio to ProxyAnchorLoss's, and the operations after
 which the host waits for the device (data-dependent shapes, values read on the host).
+``--ops-as-gpu`` counts them on any device with the settings the potential losses take on a
+GPU (float32 searches, blocks of gathered coordinates as large as ``chunk_entries``): what a
+GPU's step would launch, counted without one.
 """
 
 import argparse
@@ -33,6 +36,7 @@ from device import add_device_options, autocast, check_device, clock, describe, 
 from ops import OpCounter
 
 from pml_fieldlosses.app import catalog
+from pml_fieldlosses.losses import BasePotentialLoss
 
 # name -> builder(num_classes, embedding_size): the losses of the one loss table
 # (pml_fieldlosses.app.catalog) at their published defaults, and a few variants
@@ -91,6 +95,10 @@ def count_ops(names, batch_size, num_classes, args):
     counts = {}
     for name in names:
         loss_fn = LOSSES[name](num_classes, EMBEDDING_SIZE).to(args.device)
+        if args.ops_as_gpu and isinstance(loss_fn, BasePotentialLoss):
+            loss_fn.bfloat16_search = False
+            gpu_blocks = loss_fn.gather_block_entries(torch.device("cuda"))
+            loss_fn.gather_block_entries = lambda device: gpu_blocks
         forward_backward(loss_fn, embeddings, labels, args)
         with OpCounter() as counter:
             forward_backward(loss_fn, embeddings, labels, args)
@@ -146,9 +154,15 @@ def main():
         action="store_true",
         help="also count each step's operations and host waits (benchmarks/ops.py)",
     )
+    parser.add_argument(
+        "--ops-as-gpu",
+        action="store_true",
+        help="--ops with the potential losses' GPU settings, on any device",
+    )
     parser.add_argument("--quick", action="store_true", help="B=64, C=100, 2 reps")
     parser.add_argument("--child", nargs=3, metavar=("LOSS", "B", "C"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.ops = args.ops or args.ops_as_gpu
     check_device(parser, args)
     if args.child:
         name, batch_size, num_classes = args.child

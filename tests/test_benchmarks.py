@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -50,8 +51,9 @@ def test_loss_benchmark_prints_ratios_under_autocast():
     assert float(row.split()[4]) > 0, row
 
 
-def test_losses_benchmark_counts_operations_and_host_waits():
-    out = run_script("bench_losses.py", "--quick --no-memory --losses PFML --ops")
+@pytest.mark.parametrize("flag", ["--ops", "--ops-as-gpu"])
+def test_losses_benchmark_counts_operations_and_host_waits(flag):
+    out = run_script("bench_losses.py", f"--quick --no-memory --losses PFML {flag}")
     rows = {line.split()[2]: line.split() for line in out.splitlines() if line.split()[:2] == ["64", "100"]}
     ops, ratio, waits = (float(value) for value in rows["PFML"][-3:])
     assert rows["ProxyAnchor"][-2] == "1.00" and ops > float(rows["ProxyAnchor"][-3]) and ratio > 1, out
