@@ -29,7 +29,8 @@ WAITING_OPS = {
 MASK_INDEXING_OPS = {"index", "index_put", "index_put_", "_index_put_impl_"}
 
 
-def _waits(name, args, kwargs):
+def waits(name, args, kwargs):
+    """Whether the host waits for the device after the operation ``name`` on these arguments."""
     if name in WAITING_OPS:
         return True
     if name in MASK_INDEXING_OPS:
@@ -54,5 +55,5 @@ class OpCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         self.ops += 1
-        self.waits += _waits(func.overloadpacket.__name__, args, kwargs)
+        self.waits += waits(func.overloadpacket.__name__, args, kwargs)
         return func(*args, **kwargs)

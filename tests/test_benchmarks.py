@@ -1,6 +1,7 @@
 """The benchmark scripts run end to end on tiny sizes (their numbers are for
 the docs, measured at full size; nothing here is timed)."""
 
+import os
 import re
 import subprocess
 import sys
@@ -89,6 +90,28 @@ def test_precision_benchmark_deviations_are_ordered():
         assert median <= p95 <= largest, row  # quantiles within the sample, never extrapolated
 
 
+def test_potential_step_profile_counts_operations_and_names_where_the_host_waits():
+    out = run_script("profile_potential_step.py", "--num-classes 40 --after 3 --steps 2 --sites 3")
+    rows = {line[:22].strip(): line[22:].split() for line in out.splitlines()[2:5]}
+    assert set(rows) == {"loss fwd+bwd ms", "operations / step", "host waits / step"}, out
+    ops, reference_ops, ratio = (float(value) for value in rows["operations / step"])
+    assert ops > reference_ops > 0 and ratio > 1, out
+    sites = out.split("per step, by place:\n")[1].splitlines()
+    assert 1 <= len(sites) <= 3 and all(re.match(r"\s+[0-9.]+  \S", site) for site in sites), out
+    assert any("pml_fieldlosses" not in site and ".py:" in site for site in sites), out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_gpu_checks_refuse_a_machine_without_cuda(tmp_path):
+    script = BENCHMARKS.parent / "scripts" / "gpu_checks.sh"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(
+        ["bash", str(script), str(tmp_path / "out")], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 2 and "torch sees no CUDA device" in result.stderr, result.stderr
+    assert not list((tmp_path / "out").iterdir())  # nothing run, nothing written
+
+
 def test_relational_head_benchmark_prints_a_ratio_per_step():
     args = "--batch-size 16 --in-features 32 --embedding-size 16 --num-branches 4 --num-classes 5 --reps 2 --clock cpu"
     out = run_script("bench_relational_head.py", args)
@@ -106,6 +129,7 @@ def test_benchmarks_refuse_a_device_torch_cannot_use():
         "bench_precision.py",
         "bench_relational_head.py",
         "bench_potential_training.py",
+        "profile_potential_step.py",
     ):
         result = subprocess.run(
             [sys.executable, str(BENCHMARKS / name), "--device", "nonsense"],

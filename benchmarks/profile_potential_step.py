@@ -1,0 +1,138 @@
+"""Where a potential loss's training step spends what a GPU charges for: its operations and
+the places where the host waits for the device, next to ProxyAnchorLoss's, part way along
+``bench_potential_training.py``'s trajectory.
+
+    python benchmarks/profile_potential_step.py                         # N = 400, after 300 steps
+    python benchmarks/profile_potential_step.py --device cuda --loss CPML --after 75
+
+The loss trains ``--after`` steps of ``bench_potential_training.py``'s hard data (its trunk,
+optimisers and learning rates), then ``--steps`` more steps are timed (the loss's forward and
+backward, each after ProxyAnchorLoss's on the same batch, as that script times them), counted
+(benchmarks/ops.py: operations dispatched, host waits) and the waits traced to the lines of
+this package that asked for them. On CUDA the kernel launches are counted too
+(``torch.profiler``). The counts are those of the device the step runs on
+(``bench_losses.py --ops-as-gpu`` counts a GPU's on a CPU).
+"""
+
+import argparse
+import collections
+import copy
+import statistics
+import traceback
+
+import torch
+from bench_potential_training import Data, Run
+from device import add_device_options, check_device, describe
+from ops import OpCounter, waits
+from pytorch_metric_learning import losses as pml_losses
+
+from pml_fieldlosses import losses
+
+PACKAGE = "pml_fieldlosses/"
+
+
+class WaitSites(OpCounter):
+    """OpCounter that also counts, per line of this package (the innermost two frames), the
+    operations after which the host waits."""
+
+    def __init__(self):
+        super().__init__()
+        self.sites = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if waits(func.overloadpacket.__name__, args, kwargs):
+            frames = [f for f in traceback.extract_stack() if PACKAGE in f.filename][-2:]
+            where = " <- ".join(
+                f"{f.filename.split(PACKAGE)[-1]}:{f.lineno} {f.name}" for f in reversed(frames)
+            )
+            self.sites[where or "outside the package (optimiser, autograd)"] += 1
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+def kernel_launches(run, batches, first_step):
+    """Kernel launches per step on CUDA (torch.profiler's cudaLaunchKernel events)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for offset, (inputs, labels) in enumerate(batches):
+            run.step(inputs, labels, first_step + offset, timed=False)
+    launches = sum(e.count for e in prof.key_averages() if e.key in ("cudaLaunchKernel", "cuLaunchKernel"))
+    return launches / len(batches)
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--num-classes", type=int, default=400)
+    parser.add_argument("--loss", choices=["PFML", "CPML"], default="PFML")
+    parser.add_argument("--after", type=int, default=300, help="training steps before the profiled ones")
+    parser.add_argument("--steps", type=int, default=20, help="profiled steps")
+    parser.add_argument("--sites", type=int, default=15, help="wait sites printed")
+    add_device_options(parser)
+    args = parser.parse_args()
+    device = check_device(parser, args)
+    if args.num_classes < 1 or args.after < 0 or args.steps < 1:
+        parser.error("--num-classes and --steps must be positive, --after at least 0")
+    args.trunk_lr, args.proxy_lr_factor = 5e-4, 100.0  # bench_potential_training.py's
+    torch.manual_seed(0)
+    C, D = args.num_classes, 512
+    data = Data(C, 256, 256, "hard", torch.Generator().manual_seed(0), device)
+    trunk = torch.nn.Linear(256, D)
+    loss_class = {"PFML": losses.PotentialFieldLoss, "CPML": losses.ContrastivePotentialLoss}[args.loss]
+    run = Run(
+        loss_class(C, D, proxies_per_class=2, delta=0.4).to(device), copy.deepcopy(trunk).to(device), args
+    )
+    reference = Run(pml_losses.ProxyAnchorLoss(C, D).to(device), copy.deepcopy(trunk).to(device), args)
+    for step in range(args.after):
+        run.step(*data.batch(), step, timed=False)
+    batches = [data.batch() for _ in range(args.steps)]
+    step = args.after
+    for inputs, labels in batches:
+        reference.step(inputs, labels, step, timed=True)
+        run.step(inputs, labels, step, timed=True)
+        step += 1
+    timed = range(args.after, step)
+    ms = {
+        name: 1e3 * statistics.mean(r.records[s]["seconds"] for s in timed)
+        for name, r in [("loss", run), ("reference", reference)]
+    }
+    counts = {}
+    for name, r in [("loss", run), ("reference", reference)]:
+        with WaitSites() as counter:
+            for inputs, labels in batches:
+                r.step(inputs, labels, step, timed=False)
+                step += 1
+        counts[name] = counter
+    print(f"{describe(args)} N={C} {args.loss} after {args.after} steps, {args.steps} steps profiled")
+    print(f"{'':<22}{args.loss:>10}{'ProxyAnchor':>13}{'ratio':>8}")
+    rows = [("loss fwd+bwd ms", ms["loss"], ms["reference"])]
+    for label, attribute in [("operations / step", "ops"), ("host waits / step", "waits")]:
+        rows.append(
+            (
+                label,
+                getattr(counts["loss"], attribute) / args.steps,
+                getattr(counts["reference"], attribute) / args.steps,
+            )
+        )
+    if device.type == "cuda":
+        rows.append(
+            (
+                "kernel launches / step",
+                kernel_launches(run, batches, step),
+                kernel_launches(reference, batches, step),
+            )
+        )
+    for label, value, baseline in rows:
+        print(
+            f"{label:<22}{value:>10.1f}{baseline:>13.1f}{value / baseline if baseline else float('nan'):>8.2f}"
+        )
+    print("(the counts cover the whole training step: trunk, loss, backward and optimisers)")
+    print(f"host waits of {args.loss} per step, by place:")
+    for where, count in counts["loss"].sites.most_common(args.sites):
+        print(f"{count / args.steps:8.2f}  {where}")
+
+
+if __name__ == "__main__":
+    main()
