@@ -7,8 +7,9 @@ whose output's size depends on the data (``nonzero``, a boolean mask's index) or
 value on the host (``item``, ``tolist``, ``bool``) makes the host wait until the GPU has
 finished everything queued before it. The counts are those of the device the step runs on:
 the potential losses take larger blocks on a GPU than on a CPU (``gather_block_entries``)
-and, on CPUs where they pay, bfloat16 searches: a CPU can count more than a GPU runs. On a CPU a read of a CPU tensor's values with ``tolist()`` dispatches no operation
-and is not counted.
+and, on CPUs where they pay, bfloat16 searches: a CPU can count more than a GPU runs. On a
+CPU a read of a CPU tensor's values with ``tolist()`` dispatches no operation and is not
+counted.
 """
 
 import torch
