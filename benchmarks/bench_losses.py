@@ -19,11 +19,12 @@ aten operations dispatched (about one kernel launch each on a GPU, where a step 
 shapes is bound by them) with their ratio to ProxyAnchorLoss's, and the operations after
 which the host waits for the device (data-dependent shapes, values read on the host).
 ``--ops-as-gpu`` counts them on any device with the settings the potential losses take on a
-GPU (float32 searches, blocks of gathered coordinates as large as ``chunk_entries``): what a
-GPU's step would launch, counted without one.
+GPU (``ops.as_on_gpu``: float32 searches, larger blocks, no tile screening): what a GPU's
+step would launch, counted without one.
 """
 
 import argparse
+import contextlib
 import json
 import math
 import re
@@ -33,10 +34,9 @@ import sys
 
 import torch
 from device import add_device_options, autocast, check_device, clock, describe, synchronize
-from ops import OpCounter
+from ops import OpCounter, as_on_gpu
 
 from pml_fieldlosses.app import catalog
-from pml_fieldlosses.losses import BasePotentialLoss
 
 # name -> builder(num_classes, embedding_size): the losses of the one loss table
 # (pml_fieldlosses.app.catalog) at their published defaults, and a few variants
@@ -95,13 +95,10 @@ def count_ops(names, batch_size, num_classes, args):
     counts = {}
     for name in names:
         loss_fn = LOSSES[name](num_classes, EMBEDDING_SIZE).to(args.device)
-        if args.ops_as_gpu and isinstance(loss_fn, BasePotentialLoss):
-            loss_fn.bfloat16_search = False
-            gpu_blocks = loss_fn.gather_block_entries(torch.device("cuda"))
-            loss_fn.gather_block_entries = lambda device: gpu_blocks
-        forward_backward(loss_fn, embeddings, labels, args)
-        with OpCounter() as counter:
+        with as_on_gpu(loss_fn) if args.ops_as_gpu else contextlib.nullcontext():
             forward_backward(loss_fn, embeddings, labels, args)
+            with OpCounter() as counter:
+                forward_backward(loss_fn, embeddings, labels, args)
         counts[name] = (counter.ops, counter.waits)
     return counts
 

@@ -12,8 +12,13 @@ CPU a read of a CPU tensor's values with ``tolist()`` dispatches no operation an
 counted.
 """
 
+import contextlib
+
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from pml_fieldlosses.losses import BaseMeanFieldLoss, BasePotentialLoss
+from pml_fieldlosses.losses.potential import distances
 
 # operations whose output's size depends on the data, or that read a value on the host
 WAITING_OPS = {
@@ -58,3 +63,37 @@ class OpCounter(TorchDispatchMode):
         self.ops += 1
         self.waits += waits(func.overloadpacket.__name__, args, kwargs)
         return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def as_on_gpu(loss_fn):
+    """Within it, a loss on any device takes the settings it takes on a GPU, so that a CPU
+    counts a GPU's operations: autograd's normalisation rather than the fused one the losses
+    take on a CPU (NormalizedRows), and for the potential losses float32 searches, blocks of
+    gathered coordinates of a GPU's size (``gather_block_entries``) and entries_below without
+    its tile screening (``screens_tiles``). PML's losses are left as they are."""
+    gpu = torch.device("cuda")
+    patched = {}
+    if isinstance(loss_fn, BaseMeanFieldLoss):
+        patched["normalized_mean_fields"] = lambda: loss_fn.distance.normalize(
+            loss_fn.normalizable_mean_fields()
+        )
+    if isinstance(loss_fn, BasePotentialLoss):
+        gpu_blocks = loss_fn.gather_block_entries(gpu)
+        patched["normalized"] = loss_fn.distance.normalize
+        patched["gather_block_entries"] = lambda device: gpu_blocks
+        patched["bfloat16_search"] = False
+    own = {name: vars(loss_fn)[name] for name in patched if name in vars(loss_fn)}
+    saved_screens, gpu_screens = distances.screens_tiles, distances.screens_tiles(gpu)
+    for name, value in patched.items():
+        setattr(loss_fn, name, value)
+    distances.screens_tiles = lambda device: gpu_screens
+    try:
+        yield
+    finally:
+        distances.screens_tiles = saved_screens
+        for name in patched:  # the instance's own values, or none (the class's)
+            if name in own:
+                setattr(loss_fn, name, own[name])
+            else:
+                delattr(loss_fn, name)

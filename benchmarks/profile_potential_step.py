@@ -10,12 +10,14 @@ optimisers and learning rates), then ``--steps`` more steps are timed (the loss'
 backward, each after ProxyAnchorLoss's on the same batch, as that script times them), counted
 (benchmarks/ops.py: operations dispatched, host waits) and the waits traced to the lines of
 this package that asked for them. On CUDA the kernel launches are counted too
-(``torch.profiler``). The counts are those of the device the step runs on
-(``bench_losses.py --ops-as-gpu`` counts a GPU's on a CPU).
+(``torch.profiler``). The counts are those of the device the step runs on; ``--as-gpu``
+gives the loss the settings it takes on a GPU (benchmarks/ops.py, ``as_on_gpu``) for the
+whole run, so that a CPU counts what a GPU would run (its times are then not a CPU's).
 """
 
 import argparse
 import collections
+import contextlib
 import copy
 import statistics
 import traceback
@@ -23,7 +25,7 @@ import traceback
 import torch
 from bench_potential_training import Data, Run
 from device import add_device_options, check_device, describe
-from ops import OpCounter, waits
+from ops import OpCounter, as_on_gpu, waits
 from pytorch_metric_learning import losses as pml_losses
 
 from pml_fieldlosses import losses
@@ -70,6 +72,7 @@ def main():
     parser.add_argument("--after", type=int, default=300, help="training steps before the profiled ones")
     parser.add_argument("--steps", type=int, default=20, help="profiled steps")
     parser.add_argument("--sites", type=int, default=15, help="wait sites printed")
+    parser.add_argument("--as-gpu", action="store_true", help="the loss's GPU settings, on any device")
     add_device_options(parser)
     args = parser.parse_args()
     device = check_device(parser, args)
@@ -85,6 +88,12 @@ def main():
         loss_class(C, D, proxies_per_class=2, delta=0.4).to(device), copy.deepcopy(trunk).to(device), args
     )
     reference = Run(pml_losses.ProxyAnchorLoss(C, D).to(device), copy.deepcopy(trunk).to(device), args)
+    with as_on_gpu(run.loss_fn) if args.as_gpu else contextlib.nullcontext():
+        profile(args, device, data, run, reference)
+
+
+def profile(args, device, data, run, reference):
+    C = args.num_classes
     for step in range(args.after):
         run.step(*data.batch(), step, timed=False)
     batches = [data.batch() for _ in range(args.steps)]
@@ -105,7 +114,10 @@ def main():
                 r.step(inputs, labels, step, timed=False)
                 step += 1
         counts[name] = counter
-    print(f"{describe(args)} N={C} {args.loss} after {args.after} steps, {args.steps} steps profiled")
+    settings = ", with its GPU settings" if args.as_gpu else ""
+    print(
+        f"{describe(args)} N={C} {args.loss}{settings} after {args.after} steps, {args.steps} steps profiled"
+    )
     print(f"{'':<22}{args.loss:>10}{'ProxyAnchor':>13}{'ratio':>8}")
     rows = [("loss fwd+bwd ms", ms["loss"], ms["reference"])]
     for label, attribute in [("operations / step", "ops"), ("host waits / step", "waits")]:

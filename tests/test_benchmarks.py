@@ -61,12 +61,17 @@ def test_losses_benchmark_counts_operations_and_host_waits(flag):
     assert waits >= 1, out
 
 
-def test_op_counter_counts_the_operations_that_make_the_host_wait():
+def import_ops():
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        from ops import OpCounter
+        import ops
     finally:
         sys.path.remove(str(BENCHMARKS))
+    return ops
+
+
+def test_op_counter_counts_the_operations_that_make_the_host_wait():
+    OpCounter = import_ops().OpCounter
     x = torch.arange(6.0)
     with OpCounter() as counter:
         y = x * 2 + 1  # two operations, no wait
@@ -88,6 +93,28 @@ def test_precision_benchmark_deviations_are_ordered():
     for row in rows:
         median, p95, largest = (float(v) for v in row[-7:-4])
         assert median <= p95 <= largest, row  # quantiles within the sample, never extrapolated
+
+
+def test_gpu_settings_on_a_cpu_give_the_same_loss_and_are_put_back():
+    """ops.as_on_gpu: a loss takes its GPU settings within it (the same values, other
+    operations) and its own after it."""
+    ops = import_ops()
+    from pml_fieldlosses import losses
+    from pml_fieldlosses.losses.potential import distances
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 16, generator=g)
+    labels = torch.arange(16).repeat_interleave(4)
+    for loss_fn in [losses.PotentialFieldLoss(30, 16, dense=False), losses.MeanFieldContrastiveLoss(30, 16)]:
+        before = dict(vars(loss_fn))
+        with ops.OpCounter() as own:
+            expected = loss_fn(x, labels)
+        with ops.as_on_gpu(loss_fn), ops.OpCounter() as gpu:
+            assert not distances.screens_tiles(x.device)
+            torch.testing.assert_close(loss_fn(x, labels), expected, rtol=1e-6, atol=0)
+        assert own.ops != gpu.ops  # another path was taken
+        assert distances.screens_tiles(x.device)
+        assert vars(loss_fn).keys() == before.keys() and loss_fn(x, labels).item() == expected.item()
 
 
 def test_potential_step_profile_counts_operations_and_names_where_the_host_waits():

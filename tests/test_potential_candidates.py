@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pml_fieldlosses import losses
+from pml_fieldlosses.losses.potential import distances
 from pml_fieldlosses.losses.potential.candidates import class_pairs, embedding_candidates
 from pml_fieldlosses.losses.potential.distances import (
     Bfloat16Factors,
@@ -210,6 +211,31 @@ def test_entries_below_equal_nonzero(share, nan_every):
         expected = (sq < 0.9).nonzero().unbind(1)
         for tile in [1, 8, 64]:
             assert all(torch.equal(a, b) for a, b in zip(entries_below(sq, 0.9, tile), expected))
+
+
+def test_entries_below_scans_the_whole_mask_off_the_cpu(monkeypatch):
+    """Off the CPU (a GPU: screens_tiles) entries_below makes no tiles: the same indices from
+    one scan of the mask, where on a CPU it screens the tiles of a large block."""
+    assert distances.screens_tiles(torch.device("cpu"))
+    assert not distances.screens_tiles(torch.device("cuda"))
+    g = torch.Generator().manual_seed(5)
+    sq = 1 + torch.rand(300, 200, generator=g)
+    sq[torch.rand(300, 200, generator=g) < 0.001] = 0.5
+    expected = (sq < 0.9).nonzero().unbind(1)
+    screened = []
+    real_amin = torch.Tensor.amin
+
+    def amin(tensor, *args, **kwargs):
+        screened.append(tensor.shape)
+        return real_amin(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "amin", amin)
+    assert all(torch.equal(a, b) for a, b in zip(entries_below(sq, 0.9), expected))
+    assert screened == [(300 * 200 // 64, 64)]  # the CPU's tiles
+    screened.clear()
+    monkeypatch.setattr(distances, "screens_tiles", lambda device: False)
+    assert all(torch.equal(a, b) for a, b in zip(entries_below(sq, 0.9), expected))
+    assert screened == []
 
 
 def test_distances_in_blocks_keep_no_memory_per_block():
