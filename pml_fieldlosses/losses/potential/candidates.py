@@ -93,9 +93,9 @@ def embedding_candidates(
             gather_entries,
         )
         undecided += near_undecided + far_undecided
-        found = torch.cat(
-            [torch.stack([row[near], col[near]]), torch.stack([row_same[far], col_same[far]])], 1
-        )
+        # one boolean mask over both kinds of entries (a GPU waits for each)
+        entries = torch.cat([torch.stack([row, col]), torch.stack([row_same, col_same])], 1)
+        found = entries[:, torch.cat([near, far])]
         found = found[:, (found[0] * len(points) + found[1]).argsort()]
         found[0] += start
         pairs.append(found)

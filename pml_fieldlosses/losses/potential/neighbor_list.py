@@ -270,9 +270,9 @@ class NeighborList(PairSearch):
         )
         while True:
             moved = self._beyond_allowance(displacements, state.clearance)
-            if not moved.any():
+            count = int(moved.sum())
+            if not count:
                 return self._may_be_close(points, displacements)
-            count = moved.sum().item()
             if self.stats.last_reanchored + count > self.max_reanchored * len(points):
                 return self._build(points, state.group_size, state.cutoff, state.max_skin)
             could_fail = self._could_fail_next(displacements, moved, count)
@@ -318,9 +318,10 @@ class NeighborList(PairSearch):
         allowance = clearance - state.cutoff * (1 + margin)
         displacements = displacements * (1 + margin)
         top = displacements.topk(min(2, len(displacements))).values
-        largest_other = torch.full_like(displacements, top[0].item())
+        # (tensor operations throughout: no value read on the host)
+        largest_other = top[:1].expand_as(displacements).clone()
         if len(top) > 1:
-            largest_other[displacements.argmax()] = top[1]
+            largest_other.scatter_(0, displacements.argmax().view(1), top[1:])
         return (displacements > allowance / 2) & (displacements + largest_other > allowance)
 
     def _may_be_close(self, points, displacements):
@@ -439,13 +440,14 @@ class NeighborList(PairSearch):
             # a superset and their separations lower bounds, which is all the list needs
             row, col = entries_below(sq, threshold)
             self.stats.last_searched += sq.numel()
-            keep = col > row
+            # the pairs (a row with a later point), selected once (each boolean mask a GPU waits for)
+            listed = torch.stack([row, col])[:, col > row]
+            listed_sq = sq[listed[0], listed[1]]
             if kept:
-                found.append(torch.stack([row[keep], col[keep]]) + start)
-                found_sq.append(sq[row[keep], col[keep]])
+                found.append(listed + start)
+                found_sq.append(listed_sq)
             if build:
-                near = keep & (sq[row, col] < close_threshold)
-                close.append(torch.stack([row[near], col[near]]) + start)
+                close.append(listed[:, listed_sq < close_threshold] + start)
             # clearances: the nearest point of another group that is not listed
             sq[row, col] = math.inf
             nearest[start:stop] = torch.minimum(nearest[start:stop], sq.amin(dim=1))

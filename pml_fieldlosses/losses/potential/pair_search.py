@@ -179,11 +179,12 @@ def mask_own_groups(sq, start, members):
     """Sets to inf the entries of a block of a search (the point at start + r against the point
     at start + c) of each row with the members of its group (``members``: group_members, in the
     search's order): never pairs, and often close, so that without them a row with no pair
-    below a threshold has its minimum above it, and the search skips it (entries_below)."""
+    below a threshold has its minimum above it, and the search skips it (entries_below).
+    Members placed before the block (in none of its columns) write the row's own entry
+    instead, which is set anyway: one scatter, no boolean mask (which a GPU waits for)."""
     columns = members[start : start + len(sq)] - start
-    rows = torch.arange(len(sq), device=sq.device).unsqueeze(1).expand_as(columns)
-    inside = columns >= 0  # (members placed before the block are in none of its columns)
-    sq[rows[inside], columns[inside]] = math.inf
+    own = torch.arange(len(sq), device=sq.device).unsqueeze(1).expand_as(columns)
+    sq.scatter_(1, torch.where(columns >= 0, columns, own), math.inf)
 
 
 def bin_positions(values, low, high, bins):
