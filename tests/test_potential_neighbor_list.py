@@ -1017,3 +1017,25 @@ def test_searches_multiply_in_full_precision_whatever_the_global_setting(monkeyp
     finally:
         torch.set_float32_matmul_precision(previous)
     assert seen and set(seen) == {"highest"}
+
+
+@pytest.mark.parametrize("group_size", [1, 2, 3])
+def test_mask_own_groups_sets_exactly_each_rows_group_members(group_size):
+    """A search block (rows at start + r against the points from start, in a search's order):
+    exactly the entries of each row with a member of its group are set to inf, members placed
+    before the block included in none, whatever the order and the block."""
+    g = torch.Generator().manual_seed(group_size)
+    n = 7 * group_size
+    for _ in range(20):
+        order = torch.randperm(n, generator=g)
+        start = int(torch.randint(0, n, (), generator=g))
+        rows = int(torch.randint(1, n - start + 1, (), generator=g))
+        members = pair_search.group_members(order, group_size)
+        sq = torch.rand(rows, n - start, generator=g)
+        expected = sq.clone()
+        for r in range(rows):
+            for c in range(n - start):
+                if order[start + c] // group_size == order[start + r] // group_size:
+                    expected[r, c] = math.inf
+        pair_search.mask_own_groups(sq, start, members)
+        assert torch.equal(sq, expected)
