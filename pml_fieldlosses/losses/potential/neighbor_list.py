@@ -319,9 +319,10 @@ class NeighborList(PairSearch):
         displacements = displacements * (1 + margin)
         top = displacements.topk(min(2, len(displacements))).values
         # (tensor operations throughout: no value read on the host)
-        largest_other = top[:1].expand_as(displacements).clone()
+        largest_other = top[0]
         if len(top) > 1:
-            largest_other.scatter_(0, displacements.argmax().view(1), top[1:])
+            largest = torch.arange(len(displacements), device=displacements.device) == displacements.argmax()
+            largest_other = torch.where(largest, top[1], top[0])
         return (displacements > allowance / 2) & (displacements + largest_other > allowance)
 
     def _may_be_close(self, points, displacements):
