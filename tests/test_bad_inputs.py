@@ -185,7 +185,9 @@ def test_degenerate_batches_are_finite(loss_name):
         assert torch.isfinite(loss) and torch.isfinite(embeddings.grad).all()
 
 
-INTEGER_DTYPES = [torch.int8, torch.int16, torch.int32, torch.uint8]
+INTEGER_DTYPES = [torch.int8, torch.int16, torch.int32, torch.uint8] + [
+    getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name)
+]
 
 
 @pytest.mark.parametrize("label_dtype", INTEGER_DTYPES, ids=str)
@@ -203,6 +205,20 @@ def test_any_integer_label_dtype_gives_the_int64_result(loss_name, label_dtype):
         results.append([loss, *torch.autograd.grad(loss, [x, *loss_fn.parameters()])])
     for got, expected in zip(*results):
         assert torch.equal(got, expected)
+
+
+@pytest.mark.skipif(not hasattr(torch, "uint64"), reason="torch without uint16/32/64")
+@pytest.mark.parametrize("loss_name", ALL_LOSSES)
+def test_wide_unsigned_labels_out_of_range_are_named(loss_name):
+    """uint16/32/64 labels, which torch's min and max do not take, are checked like the others:
+    too large for num_classes, or (uint64) too large for an index, a ValueError naming them."""
+    loss_fn = ALL_LOSSES[loss_name](C, D)
+    for dtype in (torch.uint16, torch.uint32, torch.uint64) if loss_name in NEEDS_NUM_CLASSES else ():
+        with pytest.raises(ValueError, match=r"labels must be in \[0, num_classes=5\).*got max 7"):
+            loss_fn(x, torch.tensor([0, 1, 7], dtype=dtype))
+    huge = torch.tensor([0, 1, 2**63 + 5], dtype=torch.uint64)
+    with pytest.raises(ValueError, match="labels must be class indices below 2\\*\\*63"):
+        loss_fn(x, huge)
 
 
 def test_integer_label_dtypes_with_a_reference_set():

@@ -23,6 +23,12 @@ from .loss_registry import ALL_LOSSES
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 
+# every integer dtype torch has (uint16/32/64 since torch 2.3)
+LABEL_DTYPES = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8] + [
+    getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name)
+]
+
+
 @st.composite
 def batches(draw):
     num_classes = draw(st.integers(1, 12))
@@ -39,7 +45,7 @@ def batches(draw):
         labels = draw(st.lists(st.integers(0, high), min_size=batch_size, max_size=batch_size))
     dtype = draw(st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.float16]))
     scale = draw(st.sampled_from([1e-310, 1e-40, 1e-30, 1e-6, 1e-3, 1.0, 1e3, 1e6, 1e19, 1e150]))
-    label_dtype = draw(st.sampled_from([torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]))
+    label_dtype = draw(st.sampled_from(LABEL_DTYPES))
     special = draw(
         st.sampled_from(["none", "zeros", "duplicates", "nan", "inf", "bad_label", "float_labels"])
     )

@@ -54,6 +54,12 @@ def check_same_kind(ref_emb, embeddings, name="ref_emb", emb_name="embeddings"):
         raise ValueError(f"{name} is on {ref_emb.device} but {emb_name} is on {embeddings.device}")
 
 
+# unsigned integer dtypes wider than uint8 (torch 2.3 and later), which torch's min/max reject
+_WIDE_UNSIGNED = tuple(
+    getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name)
+)
+
+
 def check_labels(labels, embeddings, num_classes=None, name="labels", emb_name="embeddings", owner=None):
     """Class-index labels for ``embeddings``: an integer tensor of one entry per row, each in
     [0, num_classes) (num_classes None: >= 0). ``owner`` names the loss whose num_classes it
@@ -70,11 +76,20 @@ def check_labels(labels, embeddings, num_classes=None, name="labels", emb_name="
         raise ValueError(
             f"{name} has {labels.shape[0]} entries but {emb_name} has {embeddings.shape[0]} rows"
         )
-    if labels.numel() > 0 and labels.min() < 0:
-        raise ValueError(f"{name} must be >= 0, got min {int(labels.min())}")
-    if num_classes is not None and labels.numel() > 0 and labels.max() >= num_classes:
+    if labels.numel() == 0:
+        return
+    dtype = labels.dtype
+    if dtype in _WIDE_UNSIGNED:  # (torch reduces none of them: as int64, what the losses use)
+        labels = labels.to(torch.int64)
+    # both ends in one read (on a GPU each value read on the host waits for it)
+    low, high = torch.stack(torch.aminmax(labels)).tolist()
+    if low < 0:
+        if dtype in _WIDE_UNSIGNED:  # a uint64 value from 2**63 on, wrapped
+            raise ValueError(f"{name} must be class indices below 2**63, got a larger {dtype} value")
+        raise ValueError(f"{name} must be >= 0, got min {low}")
+    if num_classes is not None and high >= num_classes:
         of = "" if owner is None else f" of {owner}"
-        raise ValueError(f"{name} must be in [0, num_classes={num_classes}){of}, got max {int(labels.max())}")
+        raise ValueError(f"{name} must be in [0, num_classes={num_classes}){of}, got max {high}")
 
 
 def as_index_labels(labels, embeddings):
