@@ -172,4 +172,5 @@ def _row_scale(x):
     # inductor fails to compile (CPU) a masked int32 frexp exponent next to float64 values
     exponent = torch.frexp(largest).exponent.to(x.dtype)
     exponent = exponent.masked_fill(largest < threshold, 0.0)
-    return torch.pow(x.new_tensor(2.0), -exponent)
+    # (a Python base: a tensor made from a Python number is copied to a GPU, which waits for it)
+    return torch.pow(2.0, -exponent)
