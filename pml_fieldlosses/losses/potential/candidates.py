@@ -73,7 +73,7 @@ def embedding_candidates(
         # the entries that are not pairs i < j of different classes: the row's own class and
         # the embeddings up to the row's own (every proxy comes after every embedding), masked
         # so that the rows with no pair below the threshold are skipped (entries_below)
-        sq[row_same, col_same] = math.inf
+        sq.index_put_((row_same, col_same), sq.new_full((), math.inf))  # (no Python value copied to a GPU)
         embeddings, rows = torch.arange(B, device=sq.device), torch.arange(start, stop, device=sq.device)
         sq[:, :B].masked_fill_(embeddings <= rows.unsqueeze(1), math.inf)
         # pairs of different classes that may be within repulsion_delta

@@ -98,10 +98,10 @@ def scalable_energies(
     exact zeros, so the backward pass does not touch them."""
     B, n = len(embeddings), len(raw_proxies)
     # the pairs' points: all embeddings, and only the proxies in some pair (in order)
-    ends = pairs.flatten()
-    used = torch.zeros(n, dtype=torch.bool, device=pairs.device)
-    used[ends[ends >= B] - B] = True
-    rows = used.nonzero().squeeze(1)
+    # (every point marked, the embeddings' marks dropped: no boolean mask, no Python value
+    # copied to the device, which a GPU would wait for)
+    used = torch.zeros(B + n, dtype=torch.bool, device=pairs.device).index_fill_(0, pairs.flatten(), True)
+    rows = used[B:].nonzero().squeeze(1)
     points = torch.cat([embeddings, proxy_points(torch.nn.functional.embedding(rows, raw_proxies))])
     local = torch.empty_like(point_labels)
     local[:B] = torch.arange(B, device=local.device)
@@ -114,7 +114,12 @@ def scalable_energies(
 def plateau_energies(point_labels, num_classes, potential, dtype):
     """Per point: every other point counted at its plateau value (no distance needed)."""
     inside, outside = potential.plateaus(dtype, point_labels.device)
-    class_sizes = torch.bincount(point_labels, minlength=num_classes)[point_labels]
+    # (counted by index_add: a GPU's bincount reads the largest label on the host first)
+    ones = torch.ones_like(point_labels)
+    class_sizes = torch.zeros(num_classes, dtype=ones.dtype, device=ones.device).index_add_(
+        0, point_labels, ones
+    )
+    class_sizes = class_sizes[point_labels]
     same = (class_sizes - 1).to(dtype)
     return inside * same + outside * (len(point_labels) - 1 - same)
 

@@ -358,7 +358,7 @@ class NeighborList(PairSearch):
         state.skin = self._reanchoring_skin()
         anchored = moved.nonzero().squeeze(1)
         state.reference[anchored] = points[anchored]
-        state.clearance[anchored] = math.inf
+        state.clearance.index_fill_(0, anchored, math.inf)  # (a Python value set by index: a GPU waits)
         # the listed pairs of two unmoved points (one index for the three tensors of the list)
         unmoved = (~(moved[state.pairs[0]] | moved[state.pairs[1]])).nonzero().squeeze(1)
         found = self._search(anchored, (~moved).nonzero().squeeze(1), build=False)
@@ -450,7 +450,7 @@ class NeighborList(PairSearch):
             if build:
                 close.append(listed[:, listed_sq < close_threshold] + start)
             # clearances: the nearest point of another group that is not listed
-            sq[row, col] = math.inf
+            sq.index_put_((row, col), sq.new_full((), math.inf))
             nearest[start:stop] = torch.minimum(nearest[start:stop], sq.amin(dim=1))
             nearest[start:] = torch.minimum(nearest[start:], sq.amin(dim=0))
             if build and kept and sum(map(len, found_sq)) > max_pairs:
