@@ -15,7 +15,7 @@ from pml_fieldlosses.models.relational_embedder import (
     branch_linear,
     projections,
 )
-from pml_fieldlosses.utils.loss_utils import UnitRows, log1p_sum_exp, unit_rows
+from pml_fieldlosses.utils.loss_utils import UnitRows, index_counts, log1p_sum_exp, unit_rows
 
 from .helpers import assert_close
 
@@ -191,3 +191,14 @@ def test_projections_equal_the_plain_ops():
         torch.autograd.grad(fast, parameters, upstream), torch.autograd.grad(plain, parameters, upstream)
     ):
         assert_close(got, expected, torch.float64)
+
+
+@settings(max_examples=40, deadline=None)
+@given(values=st.lists(st.integers(0, 30), max_size=200), extra=st.integers(0, 5))
+def test_index_counts_equal_bincount(values, extra):
+    """index_counts (the losses' counts without a GPU's host read) equals torch.bincount for
+    indices below the size, empty ones included, in int64."""
+    index = torch.tensor(values, dtype=torch.int64)
+    size = max(values, default=-1) + 1 + extra
+    counts = index_counts(index, size)
+    assert counts.dtype == torch.int64 and torch.equal(counts, torch.bincount(index, minlength=size))

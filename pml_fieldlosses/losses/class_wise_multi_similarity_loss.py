@@ -7,7 +7,7 @@ from pytorch_metric_learning.utils import common_functions as c_f
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
 from ..utils import checks
-from ..utils.loss_utils import compact_labels, log1p_sum_exp
+from ..utils.loss_utils import compact_labels, index_counts, log1p_sum_exp
 from .mixins import CheckedForwardMixin
 
 
@@ -52,7 +52,7 @@ class ClassWiseMultiSimilarityLoss(CheckedForwardMixin, BaseMetricLossFunction):
         pairs = self.pair_mask(indices_tuple, labels, ref_labels, sims)
         if pairs is not None:
             values, groups, same = values[pairs], groups[pairs], same[pairs]
-        counts = torch.bincount(groups.reshape(-1), minlength=K * K)
+        counts = index_counts(groups.reshape(-1), K * K)
         # P_u / 2: log 2 subtracted in the values' dtype (a bool mask times a
         # Python float would round log 2 to float32)
         values = values - torch.log(counts[groups].to(values.dtype)) - math.log(2) * same.to(values.dtype)

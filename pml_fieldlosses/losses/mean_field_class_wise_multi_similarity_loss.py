@@ -4,7 +4,7 @@ import torch
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
 from ..utils import checks
-from ..utils.loss_utils import compact_labels, grouped_exp_sums, log1p_sum_exp
+from ..utils.loss_utils import compact_labels, grouped_exp_sums, index_counts, log1p_sum_exp
 from .base_mean_field_loss import BaseMeanFieldLoss
 from .class_wise_multi_similarity_loss import check_multi_similarity_hyperparameters
 
@@ -71,7 +71,7 @@ class MeanFieldClassWiseMultiSimilarityLoss(BaseMeanFieldLoss):
         sims = self.mean_field_similarities(embeddings)
         classes, batch_class, first_sample = compact_labels(labels)
         num_batch_classes = len(classes)
-        counts = torch.bincount(batch_class, minlength=num_batch_classes).to(dtype)
+        counts = index_counts(batch_class, num_batch_classes).to(dtype)
         log_scale = torch.log(miner_weights) - torch.log(counts)[batch_class]
 
         own_sims = sims.gather(1, labels.unsqueeze(1)).squeeze(1)

@@ -18,7 +18,7 @@ from pytorch_metric_learning.losses import ProxyAnchorLoss
 from pytorch_metric_learning.reducers import DivisorReducer, MultipleReducers
 from pytorch_metric_learning.utils import common_functions as c_f
 
-from ..utils.loss_utils import grouped_exps, unit_rows, unit_rows_backward
+from ..utils.loss_utils import grouped_exps, index_counts, unit_rows, unit_rows_backward
 
 PML_EPS = 1e-12  # the eps of torch.nn.functional.normalize, which PML's CosineSimilarity calls
 
@@ -89,7 +89,7 @@ def proxy_anchor_branches(losses, nodes, labels, order, branches, counts):
     group = branch * C + label
     # PML's DivisorReducer: pos_loss by the number of proxies with a positive sample (never 0
     # in a non-empty branch), neg_loss by num_classes
-    with_positives = torch.bincount(group, minlength=K * C).view(K, C).gt(0).sum(dim=1)
+    with_positives = index_counts(group, K * C).view(K, C).gt(0).sum(dim=1)
     positives = Positives(branch, row, label, group, with_positives)
     return ProxyAnchorBranches.apply(padded, proxies, negative, positives, losses[0].alpha, losses[0].margin)
 

@@ -7,7 +7,7 @@ from pytorch_metric_learning.utils import common_functions as c_f
 
 from ..models.relational_embedder import RelationalEmbedder, branch_outputs_of, known_finite
 from ..utils import checks
-from ..utils.loss_utils import upcast_half
+from ..utils.loss_utils import index_counts, upcast_half
 from .relational_branches import batchable_proxy_anchor, proxy_anchor_branches
 
 
@@ -215,7 +215,7 @@ class RelationalLoss(BaseMetricLossFunction):
     def branch_loss(self, nodes, errors, labels, indices_tuple):
         """Sum over branches of the branch loss on the samples assigned to the branch."""
         assignment = errors.detach().argmin(dim=1)  # first minimum: ties -> lowest index
-        counts = torch.bincount(assignment, minlength=self.num_branches).tolist()
+        counts = index_counts(assignment, self.num_branches).tolist()
         order = torch.argsort(assignment, stable=True)  # the samples grouped by branch, in batch order
         if self.collect_stats:
             for k in range(self.num_branches):

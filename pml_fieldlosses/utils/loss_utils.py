@@ -50,6 +50,14 @@ def upcast_half(x):
     return x
 
 
+def index_counts(index, size):
+    """torch.bincount(index, minlength=size) for an ``index`` whose values are below ``size``
+    (int64 counts), by index_add_: a GPU's bincount reads the largest value on the host first,
+    which waits for the GPU."""
+    ones = torch.ones_like(index, dtype=torch.int64)
+    return torch.zeros(size, dtype=torch.int64, device=index.device).index_add_(0, index, ones)
+
+
 def compact_labels(labels):
     """Sorted distinct labels, each sample's index into them, and the index of
     the first sample of each distinct label."""

@@ -10,6 +10,7 @@ from typing import Callable
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from ...utils.loss_utils import index_counts
 from .distances import PairSqDistances
 
 
@@ -114,12 +115,7 @@ def scalable_energies(
 def plateau_energies(point_labels, num_classes, potential, dtype):
     """Per point: every other point counted at its plateau value (no distance needed)."""
     inside, outside = potential.plateaus(dtype, point_labels.device)
-    # (counted by index_add: a GPU's bincount reads the largest label on the host first)
-    ones = torch.ones_like(point_labels)
-    class_sizes = torch.zeros(num_classes, dtype=ones.dtype, device=ones.device).index_add_(
-        0, point_labels, ones
-    )
-    class_sizes = class_sizes[point_labels]
+    class_sizes = index_counts(point_labels, num_classes)[point_labels]
     same = (class_sizes - 1).to(dtype)
     return inside * same + outside * (len(point_labels) - 1 - same)
 
