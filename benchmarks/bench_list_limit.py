@@ -39,20 +39,18 @@ import statistics
 
 import torch
 from bench_potential_training import (
+    LOSSES,
     Data,
     Run,
     StateFileError,
+    make_loss,
     normalised_proxies,
     read_state,
 )
 from device import add_device_options, check_device, describe
 from pytorch_metric_learning import losses as pml_losses
 
-from pml_fieldlosses import losses
 from pml_fieldlosses.losses.potential.neighbor_list import NeighborList
-
-LOSSES = {"PFML": losses.PotentialFieldLoss, "CPML": losses.ContrastivePotentialLoss}
-
 
 # --products: the losses' bfloat16_search
 PRODUCTS = {"auto": None, "float32": False, "bfloat16": True}
@@ -67,9 +65,7 @@ def trajectory(state, args):
 
 def fresh_loss(settings, args):
     """A fresh loss of the saved run's kind ``args.loss``, shaped as bench_potential_training makes it."""
-    return LOSSES[args.loss](
-        settings.num_classes, settings.embedding_size, proxies_per_class=2, delta=settings.delta
-    )
+    return make_loss(args.loss, settings.num_classes, settings.embedding_size, settings.delta)
 
 
 def loss_run(state, settings, args, factor, products):

@@ -80,8 +80,15 @@ DATA = {
     "hard": {"centre_scale": 1 / 8, "noise": 1.0, "label_noise": 0.1},
     "easy": {"centre_scale": 1 / 4, "noise": 0.5, "label_noise": 0.0},
 }
+# the potential losses the trajectories train, by the name the options take
+LOSSES = {"PFML": losses.PotentialFieldLoss, "CPML": losses.ContrastivePotentialLoss}
 # training steps per scale: enough for the proxies to contract on the hard data
 DEFAULT_STEPS = {400: 1500, 2000: 3000, 11318: 16000}
+
+
+def make_loss(name, num_classes, embedding_size, delta):
+    """The potential loss ``name`` (LOSSES) as the trajectories train it: M = 2 proxies per class."""
+    return LOSSES[name](num_classes, embedding_size, proxies_per_class=2, delta=delta)
 
 
 def default_steps(num_classes):
@@ -348,12 +355,9 @@ def run_scale(args, C, g):
     W = min(args.window, steps // 3)
     data = Data(C, D_in, B, args.data, g, device)
     trunk = torch.nn.Linear(D_in, D)
-    builders = {
-        "PFML": lambda: losses.PotentialFieldLoss(C, D, proxies_per_class=2, delta=args.delta),
-        "CPML": lambda: losses.ContrastivePotentialLoss(C, D, proxies_per_class=2, delta=args.delta),
-    }
     runs = {
-        name: Run(builders[name]().to(device), copy.deepcopy(trunk).to(device), args) for name in args.losses
+        name: Run(make_loss(name, C, D, args.delta).to(device), copy.deepcopy(trunk).to(device), args)
+        for name in args.losses
     }
     reference = Run(pml_losses.ProxyAnchorLoss(C, D).to(device), copy.deepcopy(trunk).to(device), args)
     settings = {key: getattr(args, key) for key in TRAJECTORY_SETTINGS}
@@ -422,7 +426,8 @@ def run_scale(args, C, g):
     print(f"N={C:<6} {elapsed:.0f} s for this scale; peak memory so far {peak_memory(device)}", flush=True)
 
 
-def main():
+def make_parser():
+    """This script's options; their defaults are the trajectory's settings."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -447,7 +452,7 @@ def main():
     parser.add_argument("--delta", type=float, default=0.4, help="the bench's PFML/CPML delta")
     parser.add_argument("--trunk-lr", type=float, default=5e-4)
     parser.add_argument("--proxy-lr-factor", type=float, default=100.0)
-    parser.add_argument("--losses", nargs="+", default=["PFML", "CPML"], choices=["PFML", "CPML"])
+    parser.add_argument("--losses", nargs="+", default=["PFML", "CPML"], choices=list(LOSSES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--threads",
@@ -467,6 +472,11 @@ def main():
         "--stop-at", type=int, metavar="STEP", help="stop after this many steps (with --save-state)"
     )
     add_device_options(parser)
+    return parser
+
+
+def main():
+    parser = make_parser()
     args = parser.parse_args()
     device = check_device(parser, args)
     if (args.save_state or args.load_state) and len(args.num_classes) > 1:

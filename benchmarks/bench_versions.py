@@ -33,13 +33,9 @@ import sys
 from pathlib import Path
 
 import torch
-from bench_potential_training import DATA, Data, Run
+from bench_potential_training import DATA, LOSSES, Data, Run, make_loss
 from device import add_device_options, check_device
 from pytorch_metric_learning import losses as pml_losses
-
-from pml_fieldlosses import losses
-
-LOSSES = {"PFML": "PotentialFieldLoss", "CPML": "ContrastivePotentialLoss"}
 
 
 def load_other(parser, folder):
@@ -133,7 +129,7 @@ def main():
     trunk = torch.nn.Linear(args.input_size, D).to(device)
     runs = {
         name: Run(
-            getattr(losses, LOSSES[name])(C, D, proxies_per_class=2, delta=args.delta).to(device),
+            make_loss(name, C, D, args.delta).to(device),
             copy.deepcopy(trunk),
             args,
         )
@@ -149,14 +145,12 @@ def main():
             step += 1
         batches = [data.batch() for _ in range(args.window)]
         for name, run in runs.items():
-            loss_class = getattr(other.losses, LOSSES[name])
+            loss_class = getattr(other.losses, LOSSES[name].__name__)  # the other version's class
             trio = {
                 "proxy_anchor": Run(
                     pml_losses.ProxyAnchorLoss(C, D).to(device), copy.deepcopy(run.trunk), args
                 ),
-                "this": copy_run(
-                    run, getattr(losses, LOSSES[name])(C, D, proxies_per_class=2, delta=args.delta), args
-                ),
+                "this": copy_run(run, make_loss(name, C, D, args.delta), args),
                 "other": copy_run(run, loss_class(C, D, proxies_per_class=2, delta=args.delta), args),
             }
             ms, same = compare(trio, batches, args.passes)

@@ -23,12 +23,11 @@ import statistics
 import traceback
 
 import torch
-from bench_potential_training import Data, Run
+from bench_potential_training import LOSSES, Data, Run, make_loss, make_parser
 from device import add_device_options, check_device, describe
 from ops import OpCounter, as_on_gpu, waits
 from pytorch_metric_learning import losses as pml_losses
 
-from pml_fieldlosses import losses
 
 PACKAGE = "pml_fieldlosses/"
 
@@ -68,7 +67,7 @@ def main():
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--num-classes", type=int, default=400)
-    parser.add_argument("--loss", choices=["PFML", "CPML"], default="PFML")
+    parser.add_argument("--loss", choices=list(LOSSES), default="PFML")
     parser.add_argument("--after", type=int, default=300, help="training steps before the profiled ones")
     parser.add_argument("--steps", type=int, default=20, help="profiled steps")
     parser.add_argument("--sites", type=int, default=15, help="wait sites printed")
@@ -78,15 +77,15 @@ def main():
     device = check_device(parser, args)
     if args.num_classes < 1 or args.after < 0 or args.steps < 1:
         parser.error("--num-classes and --steps must be positive, --after at least 0")
-    args.trunk_lr, args.proxy_lr_factor = 5e-4, 100.0  # bench_potential_training.py's
-    torch.manual_seed(0)
-    C, D = args.num_classes, 512
-    data = Data(C, 256, 256, "hard", torch.Generator().manual_seed(0), device)
-    trunk = torch.nn.Linear(256, D)
-    loss_class = {"PFML": losses.PotentialFieldLoss, "CPML": losses.ContrastivePotentialLoss}[args.loss]
-    run = Run(
-        loss_class(C, D, proxies_per_class=2, delta=0.4).to(device), copy.deepcopy(trunk).to(device), args
-    )
+    # the trajectory: bench_potential_training.py's default settings (its options' defaults)
+    trajectory = make_parser().parse_args([])
+    args.trunk_lr, args.proxy_lr_factor = trajectory.trunk_lr, trajectory.proxy_lr_factor
+    torch.manual_seed(trajectory.seed)
+    C, D, D_in = args.num_classes, trajectory.embedding_size, trajectory.input_size
+    generator = torch.Generator().manual_seed(trajectory.seed)
+    data = Data(C, D_in, trajectory.batch_size, trajectory.data, generator, device)
+    trunk = torch.nn.Linear(D_in, D)
+    run = Run(make_loss(args.loss, C, D, trajectory.delta).to(device), copy.deepcopy(trunk).to(device), args)
     reference = Run(pml_losses.ProxyAnchorLoss(C, D).to(device), copy.deepcopy(trunk).to(device), args)
     with as_on_gpu(run.loss_fn) if args.as_gpu else contextlib.nullcontext():
         profile(args, device, data, run, reference)
