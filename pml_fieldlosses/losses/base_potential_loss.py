@@ -59,8 +59,10 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
     chunk_entries = 2**22
     # gathered coordinates per block when pairs are filtered by their distances, and per
     # block of the energies' coordinate differences, on a CPU (small blocks stay in its caches;
-    # large fresh buffers cost page faults); see gather_block_entries for other devices
-    gather_entries = 2**17
+    # large fresh buffers cost page faults; smaller ones cost more operations: 2^18 took
+    # 2-3 % less per step than 2^17 at N = 400, see docs/performance.md); see
+    # gather_block_entries for other devices
+    gather_entries = 2**18
     # dense=None uses the dense path while P * P * D is at most this
     dense_entries = 2**20
     # skin of the proxy neighbour list, in units of repulsion_delta
@@ -245,9 +247,10 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         """Gathered coordinates per block on ``device``: ``gather_entries`` on a CPU; elsewhere
         (a GPU) at least ``chunk_entries``, the bound of the other blocks' memory. On a GPU a
         block costs a few kernel launches whatever its size, and its allocator reuses memory
-        without page faults: blocks of 2^17 coordinates made a step at 11 318 classes (B = 180,
-        D = 512) launch about 2 400 operations instead of about 560. The values are the same
-        for any block size (each pair and each point is computed as in one block)."""
+        without page faults: blocks of 2^17 coordinates (the CPU's then) made a step at 11 318
+        classes (B = 180, D = 512) launch about 2 400 operations instead of about 560. The
+        values are the same for any block size (each pair and each point is computed as in one
+        block)."""
         if device.type == "cpu":
             return self.gather_entries
         return max(self.gather_entries, self.chunk_entries)

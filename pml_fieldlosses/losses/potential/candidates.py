@@ -28,7 +28,7 @@ def embedding_candidates(
     repulsion_delta,
     chunk_entries,
     factors=None,
-    gather_entries=2**17,
+    gather_entries=2**18,
 ):
     """The candidate pairs (i < j) with an embedding in them, as a list of (2, K) index tensors
     (one per block of rows, each in the canonical order), and how many entries bfloat16

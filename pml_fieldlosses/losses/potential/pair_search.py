@@ -53,7 +53,7 @@ class PairSearch:
     """
 
     # gathered coordinates per block when pairs are evaluated from their coordinates
-    gather_entries = 2**17
+    gather_entries = 2**18
 
     def __init__(self, chunk_entries=2**22):
         self.chunk_entries = chunk_entries
