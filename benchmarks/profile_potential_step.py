@@ -10,7 +10,9 @@ optimisers and learning rates), then ``--steps`` more steps are timed (the loss'
 backward, each after ProxyAnchorLoss's on the same batch, as that script times them), counted
 (benchmarks/ops.py: operations dispatched, host waits) and the waits traced to the lines of
 this package that asked for them. On CUDA the kernel launches are counted too
-(``torch.profiler``). The counts are those of the device the step runs on; ``--as-gpu``
+(``torch.profiler``); where Python has the ``resource`` module (Unix), the process's minor
+page faults during the timed steps (memory the C allocator took from the system anew, which
+a CPU pays for at each first touch). The counts are those of the device the step runs on; ``--as-gpu``
 gives the loss the settings it takes on a GPU (benchmarks/ops.py, ``as_on_gpu``) for the
 whole run, so that a CPU counts what a GPU would run (its times are then not a CPU's).
 """
@@ -21,6 +23,11 @@ import contextlib
 import copy
 import statistics
 import traceback
+
+try:
+    import resource  # page faults (Unix)
+except ImportError:
+    resource = None
 
 import torch
 from bench_potential_training import LOSSES, Data, Run, make_loss, make_parser
@@ -49,6 +56,11 @@ class WaitSites(OpCounter):
             )
             self.sites[where or "outside the package (optimiser, autograd)"] += 1
         return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+def page_faults():
+    """The process's minor page faults so far (0 where the resource module is missing)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt if resource is not None else 0
 
 
 def kernel_launches(run, batches, first_step):
@@ -97,9 +109,12 @@ def profile(args, device, data, run, reference):
         run.step(*data.batch(), step, timed=False)
     batches = [data.batch() for _ in range(args.steps)]
     step = args.after
+    faults = {"loss": 0, "reference": 0}
     for inputs, labels in batches:
-        reference.step(inputs, labels, step, timed=True)
-        run.step(inputs, labels, step, timed=True)
+        for name, r in [("reference", reference), ("loss", run)]:
+            before = page_faults()
+            r.step(inputs, labels, step, timed=True)
+            faults[name] += page_faults() - before
         step += 1
     timed = range(args.after, step)
     ms = {
@@ -127,6 +142,8 @@ def profile(args, device, data, run, reference):
                 getattr(counts["reference"], attribute) / args.steps,
             )
         )
+    if resource is not None:
+        rows.append(("page faults / step", faults["loss"] / args.steps, faults["reference"] / args.steps))
     if device.type == "cuda":
         rows.append(
             (
@@ -139,7 +156,8 @@ def profile(args, device, data, run, reference):
         print(
             f"{label:<22}{value:>10.1f}{baseline:>13.1f}{value / baseline if baseline else float('nan'):>8.2f}"
         )
-    print("(the counts cover the whole training step: trunk, loss, backward and optimisers)")
+    print("(the counts cover the whole training step: trunk, loss, backward and optimisers;")
+    print(" page faults: the process's minor faults, memory the C allocator took from the system anew)")
     print(f"host waits of {args.loss} per step, by place:")
     for where, count in counts["loss"].sites.most_common(args.sites):
         print(f"{count / args.steps:8.2f}  {where}")
