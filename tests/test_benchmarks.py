@@ -119,10 +119,14 @@ def test_gpu_settings_on_a_cpu_give_the_same_loss_and_are_put_back():
 
 def test_potential_step_profile_counts_operations_and_names_where_the_host_waits():
     out = run_script("profile_potential_step.py", "--num-classes 40 --after 3 --steps 2 --sites 3")
-    rows = {line[:22].strip(): line[22:].split() for line in out.splitlines()[2:5]}
-    assert set(rows) == {"loss fwd+bwd ms", "operations / step", "host waits / step"}, out
+    rows = {line[:22].strip(): line[22:].split() for line in out.splitlines()[2:6]}
+    assert set(rows) == {"loss fwd+bwd ms", "operations / step", "host waits / step", "page faults / step"}, (
+        out
+    )
     ops, reference_ops, ratio = (float(value) for value in rows["operations / step"])
     assert ops > reference_ops > 0 and ratio > 1, out
+    faults, reference_faults = (float(value) for value in rows["page faults / step"][:2])
+    assert faults >= 0 and reference_faults >= 0, out
     sites = out.split("per step, by place:\n")[1].splitlines()
     assert 1 <= len(sites) <= 3 and all(re.match(r"\s+[0-9.]+  \S", site) for site in sites), out
     assert any("pml_fieldlosses" not in site and ".py:" in site for site in sites), out
