@@ -12,9 +12,10 @@ backward, each after ProxyAnchorLoss's on the same batch, as that script times t
 this package that asked for them. On CUDA the kernel launches are counted too
 (``torch.profiler``); where Python has the ``resource`` module (Unix), the process's minor
 page faults during the timed steps (memory the C allocator took from the system anew, which
-a CPU pays for at each first touch). The counts are those of the device the step runs on; ``--as-gpu``
-gives the loss the settings it takes on a GPU (benchmarks/ops.py, ``as_on_gpu``) for the
-whole run, so that a CPU counts what a GPU would run (its times are then not a CPU's).
+a CPU pays for at each first touch). The counts are those of the device the step runs on;
+``--as-gpu`` gives the loss the settings it takes on a GPU (benchmarks/ops.py,
+``as_on_gpu``) for the whole run, so that a CPU counts what a GPU would run (its times are
+then not a CPU's).
 """
 
 import argparse
