@@ -86,9 +86,12 @@ LOSSES = {"PFML": losses.PotentialFieldLoss, "CPML": losses.ContrastivePotential
 DEFAULT_STEPS = {400: 1500, 2000: 3000, 11318: 16000}
 
 
-def make_loss(name, num_classes, embedding_size, delta):
-    """The potential loss ``name`` (LOSSES) as the trajectories train it: M = 2 proxies per class."""
-    return LOSSES[name](num_classes, embedding_size, proxies_per_class=2, delta=delta)
+def make_loss(name, num_classes, embedding_size, delta, package=losses):
+    """The potential loss ``name`` (LOSSES) as the trajectories train it: M = 2 proxies per
+    class. ``package``: the ``losses`` module to take its class from (another version's, in
+    bench_versions.py)."""
+    loss_class = getattr(package, LOSSES[name].__name__)
+    return loss_class(num_classes, embedding_size, proxies_per_class=2, delta=delta)
 
 
 def default_steps(num_classes):

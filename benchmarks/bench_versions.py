@@ -145,13 +145,12 @@ def main():
             step += 1
         batches = [data.batch() for _ in range(args.window)]
         for name, run in runs.items():
-            loss_class = getattr(other.losses, LOSSES[name].__name__)  # the other version's class
             trio = {
                 "proxy_anchor": Run(
                     pml_losses.ProxyAnchorLoss(C, D).to(device), copy.deepcopy(run.trunk), args
                 ),
                 "this": copy_run(run, make_loss(name, C, D, args.delta), args),
-                "other": copy_run(run, loss_class(C, D, proxies_per_class=2, delta=args.delta), args),
+                "other": copy_run(run, make_loss(name, C, D, args.delta, package=other.losses), args),
             }
             ms, same = compare(trio, batches, args.passes)
             pa = ms["proxy_anchor"]
