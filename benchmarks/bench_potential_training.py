@@ -289,7 +289,9 @@ TRAJECTORY_SETTINGS = [
     "losses",
     "seed",
 ]
-STATE_FORMAT = "bench_potential_training state 1"
+STATE_NAME = "bench_potential_training state"
+# (2: the neighbour list's state gained a field; a state of format 1 is refused by name)
+STATE_FORMAT = f"{STATE_NAME} 2"
 
 
 class StateFileError(Exception):
@@ -323,8 +325,14 @@ def read_state(path, settings, device, argument="--load-state"):
         raise StateFileError(
             f"{argument} {path}: not a saved trajectory state ({str(error).splitlines()[0]})"
         ) from None
-    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+    saved_format = state.get("format") if isinstance(state, dict) else None
+    if not (isinstance(saved_format, str) and saved_format.startswith(STATE_NAME)):
         raise StateFileError(f"{argument} {path}: not a saved trajectory state of this script")
+    if saved_format != STATE_FORMAT:
+        raise StateFileError(
+            f"{argument} {path}: saved by another version of this script ({saved_format!r}; "
+            f"this one reads {STATE_FORMAT!r}): run the trajectory again"
+        )
     try:
         saved, step = state["settings"], int(state["step"])
         runs = state["runs"]

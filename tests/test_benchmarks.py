@@ -236,8 +236,11 @@ def test_potential_training_state_resumes_and_feeds_the_list_limit_benchmark(tmp
 def test_list_limit_benchmark_refuses_what_it_cannot_read(tmp_path):
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"not a state")
+    older = tmp_path / "older.pt"
+    torch.save({"format": "bench_potential_training state 1"}, older)
     cases = [
         ([str(bad)], "not a saved trajectory state"),
+        ([str(older)], "saved by another version of this script ('bench_potential_training state 1'"),
         ([str(bad), "--device", "nonsense"], "--device"),
         ([str(tmp_path / "missing.pt")], "cannot read it"),
     ]

@@ -131,7 +131,8 @@ def test_matches_dense_reference_at_every_training_step(name, skin):
     loss_fn.neighbor_skin = skin
     training_run(loss_fn, 25, 0.1, g)
     neighbors = loss_fn.neighbor_list
-    assert neighbors.stats.num_partial_rebuilds >= 5 and neighbors.state.pairs.shape[1] > 0
+    # (several updates re-anchor, each with one search as a rule: the mechanism under test runs)
+    assert neighbors.stats.num_partial_rebuilds >= 3 and neighbors.state.pairs.shape[1] > 0
 
 
 @pytest.mark.parametrize("dtype, bfloat16", PRECISIONS, ids=PRECISION_IDS)
@@ -178,7 +179,7 @@ def test_a_loss_with_a_dense_search_matches_its_dense_path(name):
 def test_a_stale_list_is_caught_by_the_dense_comparison(monkeypatch):
     """The comparison above can fail: with re-anchoring disabled, the list
     goes stale and the values disagree with the dense reference."""
-    monkeypatch.setattr(NeighborList, "_reanchor", lambda self, points, moved: None)
+    monkeypatch.setattr(NeighborList, "_reanchor", lambda self, points, moved, needed: None)
     g = torch.Generator().manual_seed(7)
     loss_fn = make_loss("PFML")
     loss_fn.neighbor_skin = 0.05
@@ -966,11 +967,11 @@ def test_an_update_that_raises_leaves_no_half_made_state():
     neighbors = NeighborList(pair_cost=1)
     search, failed = neighbors._search, []
 
-    def search_failing_once(rows, others, build):
+    def search_failing_once(rows, others, build, needed=None):
         if not build and not failed:  # the first partial rebuild
             failed.append(len(rows))
             raise RuntimeError("out of memory")
-        return search(rows, others, build)
+        return search(rows, others, build, needed)
 
     neighbors._search = search_failing_once
     for _ in range(40):

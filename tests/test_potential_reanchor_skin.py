@@ -191,30 +191,34 @@ def recorded_reanchorings(neighbors):
     """The ``moved`` masks of the list's re-anchorings from now on."""
     log, reanchor = [], neighbors._reanchor
 
-    def recording(points, moved):
+    def recording(points, moved, needed):
         log.append(moved.clone())
-        reanchor(points, moved)
+        reanchor(points, moved, needed)
 
     neighbors._reanchor = recording
     return log
 
 
-def test_a_reanchoring_takes_along_the_points_its_search_could_make_fail():
-    """The points that the search of the failing points could make fail (their clearance lowered
-    to the search's radius) are re-anchored with them when they are few: every point a second
-    search would have re-anchored (the same list without them, from the same state) is among
-    them, so those updates make one search instead of two, and test no point again: after
-    every update every point passes its displacement test. Exact at every update."""
+def test_a_reanchoring_lists_the_pairs_that_would_make_the_other_points_fail():
+    """A re-anchoring's search lists, beyond its radius, the pairs that would lower the
+    clearance of a point it does not search below what that point needs to pass its test: so
+    every point passes after it, and the update makes one search where a search without that
+    listing (the same list, from the same state) needs a second one for the points it made
+    fail. The points with such pairs are due: re-anchored first at the next update. Exact at
+    every update, with the same pairs as without the listing."""
     g = torch.Generator().manual_seed(1)
     neighbors = NeighborList(chunk_entries=4099, pair_cost=1)
     points = slow_build(neighbors, sphere(600, 2, g), g)
     direction = torch.randn(points.shape, generator=g, dtype=points.dtype)
-    one_instead_of_two = 0
+    one_instead_of_two = with_due = 0
     for _ in range(30):
         points = walk(points, torch.ones(len(points), dtype=torch.bool), 0.004, g, direction)
         without = copy.deepcopy(neighbors)
-        without._could_fail_next = lambda displacements, moved, count: None  # never taken along
-        taken, second = recorded_reanchorings(neighbors), recorded_reanchorings(without)
+        without._search = lambda rows, others, build, needed=None: NeighborList._search(
+            without, rows, others, build
+        )
+        due = neighbors.state.due.clone()
+        searches, second = recorded_reanchorings(neighbors), recorded_reanchorings(without)
         returned = neighbors.update(points, GROUP, CUTOFF, MAX_SKIN)
         assert pair_set(returned) == pair_set(without.update(points, GROUP, CUTOFF, MAX_SKIN))
         check_exact(neighbors, points, returned)
@@ -222,7 +226,10 @@ def test_a_reanchoring_takes_along_the_points_its_search_could_make_fail():
         displacements = torch.linalg.vector_norm(points - state.reference, dim=1)
         assert not neighbors._beyond_allowance(displacements, state.clearance).any()
         del neighbors._reanchor
-        if len(taken) == 1 and len(second) == 2:
+        assert len(searches) <= 1
+        if due.any():
+            with_due += 1
+            assert len(searches) == 1 and not (due & ~searches[0]).any()
+        if len(searches) == 1 and len(second) >= 2:
             one_instead_of_two += 1
-            assert not (second[1] & ~taken[0]).any()
-    assert one_instead_of_two >= 2
+    assert one_instead_of_two >= 2 and with_due >= 2

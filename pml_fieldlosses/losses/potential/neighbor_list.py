@@ -53,6 +53,9 @@ class ListState:
     separation: torch.Tensor  # (K,) lower bounds of their reference distances
     # (K,) float64: the distance at the last evaluation + both odometers then (-inf: not evaluated yet)
     bound: torch.Tensor
+    # (n,) bool: points with pairs listed beyond the radius by a re-anchoring (so that their
+    # clearance stayed): re-anchored at the next update, which brings their pairs back to the radius
+    due: torch.Tensor
 
 
 @dataclass
@@ -64,6 +67,8 @@ class SearchResult:
     pairs: torch.Tensor  # (2, K) the pairs within the radius (none if not kept)
     separation: torch.Tensor  # (K,) lower bounds of their reference distances
     close: torch.Tensor  # (2, K') the pairs within the cutoff read off the products (builds only)
+    # (K'',) the points of ``others`` with pairs listed beyond the radius for their ``needed`` value
+    beyond: torch.Tensor
 
 
 def tolerance(points):
@@ -248,6 +253,7 @@ class NeighborList(PairSearch):
             pairs=torch.empty(2, 0, dtype=torch.int64, device=points.device),
             separation=points.new_empty(0),
             bound=torch.empty(0, dtype=torch.float64, device=points.device),
+            due=torch.zeros(len(points), dtype=torch.bool, device=points.device),
         )
         everyone = torch.arange(len(points), device=points.device)
         skin = state.skin
@@ -262,48 +268,29 @@ class NeighborList(PairSearch):
         return self.within_cutoff(points, found.close, cutoff)
 
     def _follow(self, points):
-        """An update of a kept list: re-anchor the points that fail their displacement test
-        until all pass, then the listed pairs that may be within the cutoff."""
+        """An update of a kept list: re-anchor the points that fail their displacement test, and
+        those due (``ListState.due``), until all pass (one search, as a rule: ``_reanchor``), then
+        the listed pairs that may be within the cutoff."""
         state = self.state
         displacements = torch.linalg.vector_norm(
             torch.sub(points, state.reference, out=self.scratch(points)), dim=1
         )
+        due, needed = state.due, self._needed_allowance(displacements)
         while True:
-            moved = self._beyond_allowance(displacements, state.clearance)
+            moved = self._beyond_allowance(displacements, state.clearance, needed) | due
             count = int(moved.sum())
             if not count:
                 return self._may_be_close(points, displacements)
             if self.stats.last_reanchored + count > self.max_reanchored * len(points):
                 return self._build(points, state.group_size, state.cutoff, state.max_skin)
-            could_fail = self._could_fail_next(displacements, moved, count)
-            if could_fail is not None:
-                moved |= could_fail
-            self._reanchor(points, moved)
+            displacements = displacements.masked_fill(moved, 0.0)
+            needed = self._needed_allowance(displacements)
+            self._reanchor(points, moved, needed)
+            due = torch.zeros_like(due)  # (those of this search: at the next update)
             if state.pairs.shape[1] > self.max_pairs(points):
                 return self._build(points, state.group_size, state.cutoff, state.max_skin)
-            displacements = displacements.masked_fill(moved, 0.0)
-            if could_fail is not None:  # every point passes now: no need to test them again
-                return self._may_be_close(points, displacements)
 
-    def _could_fail_next(self, displacements, moved, count):
-        """The points that the search of the ``count`` ``moved`` points could make fail their test,
-        when taking them along costs less than a second search (whose fixed work, at small n,
-        exceeds a whole search's per-row work): the search lowers clearances to at least its
-        radius, cutoff + the re-anchoring skin, and its points pass with no displacement. Taken
-        if they add at most half the search's rows and stay within ``max_reanchored``: then,
-        searched with them, every point passes its test after the search (the clearances it
-        leaves are at least those this prediction assumed, and the displacements at most). Else
-        None: the test runs again, and a second search re-anchors those that do fail."""
-        # (a hair below the radius: the clearances the search computes in the points' precision
-        # may round a few units of the last place below it)
-        radius = (self.state.cutoff + self._reanchoring_skin()) * (1 - 2.0**-20)
-        lowered = self.state.clearance.clamp(max=radius)
-        could_fail = self._beyond_allowance(displacements.masked_fill(moved, 0.0), lowered) & ~moved
-        extra = could_fail.sum().item()
-        budget = self.max_reanchored * len(moved) - self.stats.last_reanchored - count
-        return could_fail if extra <= min(count / 2, budget) else None
-
-    def _beyond_allowance(self, displacements, clearance):
+    def _beyond_allowance(self, displacements, clearance, needed=None):
         """The points to re-anchor, given their ``clearance`` r (the state's, or lower bounds of
         it): an unlisted pair (i, j) is now at least max(r_i, r_j) - disp_i - disp_j apart, so it
         is out of the cutoff if either point passes one of two tests with its
@@ -312,18 +299,25 @@ class NeighborList(PairSearch):
         allowance while the others stay still). Points that pass neither are re-anchored.
         ``tolerance`` covers the rounding of the displacements and of the distances computed
         from coordinates. See docs/derivations.md, "The pair search and the neighbour list's
-        certificates", The list, the clearances and the displacement test."""
-        state = self.state
-        margin = tolerance(state.reference)
-        allowance = clearance - state.cutoff * (1 + margin)
-        displacements = displacements * (1 + margin)
+        certificates", The list, the clearances and the displacement test. ``needed``:
+        ``_needed_allowance(displacements)``, if the caller has it."""
+        if needed is None:
+            needed = self._needed_allowance(displacements)
+        allowance = clearance - self.state.cutoff * (1 + tolerance(self.state.reference))
+        return allowance < needed
+
+    def _needed_allowance(self, displacements):
+        """The smallest allowance with which each point passes a test of ``_beyond_allowance``
+        at these displacements: min(2 disp_i, disp_i + the largest other displacement), with
+        the margin for rounding (x > a / 2 is 2 x > a exactly: the same tests)."""
+        displacements = displacements * (1 + tolerance(self.state.reference))
         top = displacements.topk(min(2, len(displacements))).values
         # (tensor operations throughout: no value read on the host)
         largest_other = top[0]
         if len(top) > 1:
             largest = torch.arange(len(displacements), device=displacements.device) == displacements.argmax()
             largest_other = torch.where(largest, top[1], top[0])
-        return (displacements > allowance / 2) & (displacements + largest_other > allowance)
+        return torch.minimum(2 * displacements, displacements + largest_other)
 
     def _may_be_close(self, points, displacements):
         """The listed pairs within the cutoff. A pair whose reference distance is >= separation is now >=
@@ -349,19 +343,30 @@ class NeighborList(PairSearch):
         state.bound[candidates] = renewed
         return state.pairs[:, candidates[sq < state.cutoff**2 + squared_distance_slack(points)]]
 
-    def _reanchor(self, points, moved):
+    def _reanchor(self, points, moved, needed):
         """The ``moved`` points get their current position as reference and are searched again
         against every point, within the radius cutoff + the skin the current speed calls for
         (``choose_skin``, at most ``largest_skin``; any radius keeps the list exact): their
-        pairs are replaced, and every clearance is lowered to the distances seen."""
+        pairs are replaced, and every clearance is lowered to the distances seen. A pair beyond
+        the radius that would lower the clearance of a point not searched below what that point
+        needs to pass its test (the cutoff + its ``needed`` allowance: ``_needed_allowance`` of
+        the displacements after the update, the moved points' zero) is listed instead, so that no point fails after the search
+        and is due (re-anchored at the next update; see docs/derivations.md, "The pair search and
+        the neighbour list's certificates", The list, the clearances and the displacement
+        test)."""
         state = self.state
         state.skin = self._reanchoring_skin()
         anchored = moved.nonzero().squeeze(1)
+        others = (~moved).nonzero().squeeze(1)
         state.reference[anchored] = points[anchored]
         state.clearance.index_fill_(0, anchored, math.inf)  # (a Python value set by index: a GPU waits)
         # the listed pairs of two unmoved points (one index for the three tensors of the list)
         unmoved = (~(moved[state.pairs[0]] | moved[state.pairs[1]])).nonzero().squeeze(1)
-        found = self._search(anchored, (~moved).nonzero().squeeze(1), build=False)
+        # (a hair above: the clearances the search computes in the points' precision may round
+        # a few units of the last place below the distances)
+        needed = (needed + state.cutoff * (1 + tolerance(points))) * (1 + 2.0**-20)
+        found = self._search(anchored, others, build=False, needed=needed[others])
+        state.due = torch.zeros_like(moved).index_fill_(0, found.beyond, True)
         state.pairs = torch.cat([state.pairs.index_select(1, unmoved), found.pairs], dim=1)
         state.separation = torch.cat([state.separation.index_select(0, unmoved), found.separation])
         unevaluated = torch.full_like(found.separation, -math.inf, dtype=torch.float64)
@@ -416,10 +421,12 @@ class NeighborList(PairSearch):
             choice.observe(sweep.pairs.shape[1] - pairs.shape[1], sweep.searched)
         return pairs
 
-    def _search(self, rows, others, build):
+    def _search(self, rows, others, build, needed=None):
         """The pairs within the radius (by reference positions) with at least one point in
         ``rows``: each row against the later rows and all ``others`` (together: every point).
-        Lowers the clearances of all points to the distances seen. A build (``build``) also
+        Lowers the clearances of all points to the distances seen; with ``needed`` (one value per
+        point of ``others``), the pairs that would lower the clearance of one of ``others`` below
+        its ``needed`` value are listed too (any pairs may be listed: the list stays exact). A build (``build``) also
         reads off the pairs within the cutoff, and shrinks a radius that would hold more than
         ``max_pairs`` pairs on the way (``_shrink``), giving the list up if its skin falls
         below ``smallest_skin`` (or 1e-6 of the cutoff)."""
@@ -433,13 +440,17 @@ class NeighborList(PairSearch):
         max_pairs = self.max_pairs(ref)
         members = group_members(order, state.group_size)
         nearest = torch.full((len(order),), math.inf, dtype=ref.dtype, device=ref.device)
-        kept, found, found_sq, close = True, [], [], []
+        raised = None  # how far above the threshold each column's pairs are listed
+        if needed is not None:
+            raised = torch.zeros(len(order), dtype=ref.dtype, device=ref.device)
+            raised[len(rows) :] = (needed.square() + slack - threshold).clamp(min=0)
+        kept, found, found_sq, close, beyond = True, [], [], [], []
         for start, sq, width in row_blocks(ref, len(rows), self.chunk_entries, factors, threshold):
             stop = start + len(sq)
             mask_own_groups(sq, start, members)
             # with bfloat16 products (width > 0) the entries are lower bounds: the pairs listed are
             # a superset and their separations lower bounds, which is all the list needs
-            row, col = entries_below(sq, threshold)
+            row, col = entries_below(sq if raised is None else sq - raised[start:], threshold)
             self.stats.last_searched += sq.numel()
             # the pairs (a row with a later point), selected once (each boolean mask a GPU waits for)
             listed = torch.stack([row, col])[:, col > row]
@@ -447,6 +458,8 @@ class NeighborList(PairSearch):
             if kept:
                 found.append(listed + start)
                 found_sq.append(listed_sq)
+                if raised is not None:
+                    beyond.append(listed[1, listed_sq >= threshold] + start)
             if build:
                 close.append(listed[:, listed_sq < close_threshold] + start)
             # clearances: the nearest point of another group that is not listed
@@ -463,7 +476,8 @@ class NeighborList(PairSearch):
         lower_bound = (nearest - slack).clamp(min=0).sqrt()
         state.clearance[order] = torch.minimum(state.clearance[order], lower_bound)
         separation = (torch.cat(found_sq) - slack).clamp(min=0).sqrt() if found_sq else ref.new_empty(0)
-        return SearchResult(kept, _ordered(order, found), separation, _ordered(order, close))
+        beyond = order[torch.cat(beyond)] if beyond else order.new_empty(0)
+        return SearchResult(kept, _ordered(order, found), separation, _ordered(order, close), beyond)
 
     def _shrink(self, found, found_sq, nearest, keep, slack):
         """The pairs found so far, cut to the ``keep`` closest ones: the radius (and the state's skin)
