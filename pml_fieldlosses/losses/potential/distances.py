@@ -63,6 +63,16 @@ def pair_sq_distances(points, pairs, out=None):
     return torch.sum((ends[0] - ends[1]).pow(2), dim=1, out=out)
 
 
+def pair_differences(points, pairs, out, scratch):
+    """p_i - p_j of the (2, k) ``pairs``, written into ``out`` (k, D); ``scratch`` (k, D) is
+    overwritten (it holds the second points, gathered). The same values as pair_sq_distances'
+    differences, with no temporary of its own: a fresh (k, D) tensor per block of a few MB is
+    above the size glibc's allocator reuses until it has seen it freed, and early in training
+    its page faults cost more than the arithmetic."""
+    torch.index_select(points, 0, pairs[0], out=out)
+    return out.sub_(torch.index_select(points, 0, pairs[1], out=scratch))
+
+
 class PairSqDistances(torch.autograd.Function):
     """pair_sq_distances with its gradient in closed form: with diff = p_i - p_j, the gradient
     of g ||diff||^2 is 2 g diff for p_i and -2 g diff for p_j, added up per point by two
@@ -70,21 +80,25 @@ class PairSqDistances(torch.autograd.Function):
     K x D temporaries and a gather backward). Same values; first derivatives only.
 
     The differences are saved in one K x D buffer, filled ``gather_entries`` coordinates at a
-    time, and every other temporary has that size: on a CPU, K x D temporaries of a few MB each
-    are fresh memory at every step (the allocator hands it back to the system between steps)
-    and their page faults cost more than the arithmetic. Each pair's value and each point's
-    gradient are computed as in one block, in the same order (bit for bit)."""
+    time, and the only other temporary is one block's size, written in place by every block:
+    on a CPU, K x D temporaries of a few MB each are fresh memory at every step (the allocator
+    hands it back to the system between steps) and their page faults cost more than the
+    arithmetic. Each pair's value and each point's gradient are computed as in one block, in
+    the same order (bit for bit)."""
 
     @staticmethod
     def forward(ctx, points, pairs, gather_entries):
-        step = max(1, gather_entries // points.shape[1])
-        diff = points.new_empty(pairs.shape[1], points.shape[1])
-        sq = points.new_empty(pairs.shape[1])
-        for start in range(0, pairs.shape[1], step):
+        num_pairs, dim = pairs.shape[1], points.shape[1]
+        step = max(1, gather_entries // dim)
+        diff = points.new_empty(num_pairs, dim)
+        sq = points.new_empty(num_pairs)
+        scratch = points.new_empty(min(step, num_pairs), dim)
+        for start in range(0, num_pairs, step):
             block = pairs[:, start : start + step]
-            ends = torch.nn.functional.embedding(block, points)
-            torch.sub(ends[0], ends[1], out=diff[start : start + step])
-            torch.sum(diff[start : start + step].pow(2), dim=1, out=sq[start : start + step])
+            squares = scratch[: block.shape[1]]
+            block_diff = pair_differences(points, block, diff[start : start + step], squares)
+            # (x * x: the bits of x.pow(2), which torch computes as that product)
+            torch.sum(torch.mul(block_diff, block_diff, out=squares), dim=1, out=sq[start : start + step])
         ctx.save_for_backward(diff, pairs)
         ctx.num_points, ctx.step = len(points), step
         return sq
@@ -95,24 +109,34 @@ class PairSqDistances(torch.autograd.Function):
         diff, pairs = ctx.saved_tensors
         step, twice = ctx.step, 2 * grad
         grad_points = diff.new_zeros(ctx.num_points, diff.shape[1])
+        terms = diff.new_empty(min(step, len(diff)), diff.shape[1])
         # all first points, then all second points: the order of one index_add over each
         for side, sign in [(0, 1), (1, -1)]:
             for start in range(0, pairs.shape[1], step):
-                terms = diff[start : start + step] * twice[start : start + step].unsqueeze(1)
-                grad_points.index_add_(0, pairs[side, start : start + step], terms, alpha=sign)
+                block_terms = terms[: len(diff[start : start + step])]
+                torch.mul(
+                    diff[start : start + step], twice[start : start + step].unsqueeze(1), out=block_terms
+                )
+                grad_points.index_add_(0, pairs[side, start : start + step], block_terms, alpha=sign)
         return grad_points, None, None
 
 
 def pair_sq_distances_in_blocks(points, pairs, gather_entries):
     """pair_sq_distances in blocks of at most ``gather_entries`` gathered coordinates (small
-    blocks stay in the CPU's caches; large fresh buffers cost page faults), each block's values
-    written into one output. No gradient. (Kept as a list of small per-block results, each
-    allocated between two blocks' temporaries, they would pin those in the C allocator's heap:
-    about 0.5 MB per block, 16 GB for a build among 8 M close pairs.)"""
-    step = max(1, gather_entries // points.shape[1])
-    sq = points.new_empty(pairs.shape[1])
-    for start in range(0, pairs.shape[1], step):
-        pair_sq_distances(points, pairs[:, start : start + step], out=sq[start : start + step])
+    blocks stay in the CPU's caches), each block's values written into one output, the
+    blocks' differences into two buffers of one block's size (pair_differences). No gradient.
+    (Kept as a list of small per-block results, each allocated between two blocks'
+    temporaries, they would pin those in the C allocator's heap: about 0.5 MB per block, 16 GB
+    for a build among 8 M close pairs.)"""
+    num_pairs, dim = pairs.shape[1], points.shape[1]
+    step = max(1, gather_entries // dim)
+    sq = points.new_empty(num_pairs)
+    first, second = points.new_empty(2, min(step, num_pairs), dim)
+    for start in range(0, num_pairs, step):
+        block = pairs[:, start : start + step]
+        size = block.shape[1]
+        diff = pair_differences(points, block, first[:size], second[:size])
+        torch.sum(torch.mul(diff, diff, out=second[:size]), dim=1, out=sq[start : start + size])
     return sq
 
 
