@@ -22,6 +22,7 @@ from pml_fieldlosses.losses.potential.distances import (
     PairSqDistances,
     entries_below,
     pair_sq_distances,
+    pair_sq_distances_in_blocks,
     padded_rows,
 )
 
@@ -289,6 +290,25 @@ def test_pair_sq_distances_gradient_in_closed_form_equals_autograd(num_pairs):
     assert_close(grad, expected, torch.float64)
     if num_pairs:
         assert torch.autograd.gradcheck(lambda p: PairSqDistances.apply(p, pairs, 2**17), (points,))
+
+
+@pytest.mark.parametrize("dim", [3, 17, 512])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_blocked_pair_sq_distances_equal_the_plain_ones_bit_for_bit(dtype, dim):
+    """PairSqDistances and pair_sq_distances_in_blocks (ends gathered into kept buffers, squares
+    as x * x) give pair_sq_distances' values (gathered ends, x.pow(2)) bit for bit, at sizes
+    whose reductions take torch's vectorised paths, with blocks that do not divide the pairs."""
+    g = torch.Generator().manual_seed(dim)
+    points = torch.randn(300, dim, generator=g, dtype=dtype) * 10 ** torch.rand(
+        300, 1, generator=g, dtype=dtype
+    )
+    pairs = torch.randint(0, 300, (2, 1500), generator=g)
+    reference = pair_sq_distances(points, pairs)
+    for gather_entries in [dim, 7 * dim + 1, 2**18]:
+        assert torch.equal(PairSqDistances.apply(points, pairs, gather_entries), reference), gather_entries
+        assert torch.equal(pair_sq_distances_in_blocks(points, pairs, gather_entries), reference), (
+            gather_entries
+        )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
