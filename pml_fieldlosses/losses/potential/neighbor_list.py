@@ -350,10 +350,10 @@ class NeighborList(PairSearch):
         pairs are replaced, and every clearance is lowered to the distances seen. A pair beyond
         the radius that would lower the clearance of a point not searched below what that point
         needs to pass its test (the cutoff + its ``needed`` allowance: ``_needed_allowance`` of
-        the displacements after the update, the moved points' zero) is listed instead, so that no point fails after the search
-        and is due (re-anchored at the next update; see docs/derivations.md, "The pair search and
-        the neighbour list's certificates", The list, the clearances and the displacement
-        test)."""
+        the displacements after the update, the moved points' zero) is listed instead, so that
+        no point fails after the search, and that point is due (re-anchored at the next update;
+        see docs/derivations.md, "The pair search and the neighbour list's certificates", The
+        list, the clearances and the displacement test)."""
         state = self.state
         state.skin = self._reanchoring_skin()
         anchored = moved.nonzero().squeeze(1)
@@ -426,10 +426,11 @@ class NeighborList(PairSearch):
         ``rows``: each row against the later rows and all ``others`` (together: every point).
         Lowers the clearances of all points to the distances seen; with ``needed`` (one value per
         point of ``others``), the pairs that would lower the clearance of one of ``others`` below
-        its ``needed`` value are listed too (any pairs may be listed: the list stays exact). A build (``build``) also
-        reads off the pairs within the cutoff, and shrinks a radius that would hold more than
-        ``max_pairs`` pairs on the way (``_shrink``), giving the list up if its skin falls
-        below ``smallest_skin`` (or 1e-6 of the cutoff)."""
+        its ``needed`` value are listed too (any pairs may be listed: the list stays exact), and
+        those points returned as ``beyond``. A build (``build``) also reads off the pairs within
+        the cutoff, and shrinks a radius that would hold more than ``max_pairs`` pairs on the
+        way (``_shrink``), giving the list up if its skin falls below ``smallest_skin`` (or 1e-6
+        of the cutoff)."""
         state = self.state
         order = torch.cat([rows, others])
         ref = torch.index_select(state.reference, 0, order, out=self.scratch(state.reference))
