@@ -21,7 +21,6 @@ from pml_fieldlosses.losses.potential.distances import (
     Bfloat16Factors,
     PairSqDistances,
     entries_below,
-    pair_sq_distances,
     pair_sq_distances_in_blocks,
     padded_rows,
 )
@@ -271,9 +270,16 @@ def test_padded_rows_are_few_shapes_at_most_a_quarter_larger():
     assert len(set(sizes)) < 60
 
 
+def plain_pair_sq_distances(points, pairs):
+    """||p_i - p_j||^2 of the (2, K) ``pairs`` as autograd's plain expression: the rows
+    gathered, their difference squared and summed."""
+    ends = torch.nn.functional.embedding(pairs, points)
+    return torch.sum((ends[0] - ends[1]).pow(2), dim=1)
+
+
 @pytest.mark.parametrize("num_pairs", [0, 1, 40])
 def test_pair_sq_distances_gradient_in_closed_form_equals_autograd(num_pairs):
-    """PairSqDistances: the same values as pair_sq_distances and the same gradient as autograd
+    """PairSqDistances: the same values as plain_pair_sq_distances and the same gradient as autograd
     through it (repeated points, a pair of a point with itself), and gradcheck in float64."""
     g = torch.Generator().manual_seed(num_pairs)
     points = torch.randn(7, 5, generator=g, dtype=torch.float64, requires_grad=True)
@@ -283,7 +289,7 @@ def test_pair_sq_distances_gradient_in_closed_form_equals_autograd(num_pairs):
     weights = torch.randn(num_pairs, generator=g, dtype=torch.float64)
 
     ours = PairSqDistances.apply(points, pairs, 2**17)
-    reference = pair_sq_distances(points, pairs)
+    reference = plain_pair_sq_distances(points, pairs)
     assert torch.equal(ours, reference)
     (grad,) = gradients((ours * weights).sum(), [points]) if num_pairs else (torch.zeros(7, 5),)
     (expected,) = gradients((reference * weights).sum(), [points]) if num_pairs else (torch.zeros(7, 5),)
@@ -296,14 +302,14 @@ def test_pair_sq_distances_gradient_in_closed_form_equals_autograd(num_pairs):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_blocked_pair_sq_distances_equal_the_plain_ones_bit_for_bit(dtype, dim):
     """PairSqDistances and pair_sq_distances_in_blocks (ends gathered into kept buffers, squares
-    as x * x) give pair_sq_distances' values (gathered ends, x.pow(2)) bit for bit, at sizes
+    as x * x) give plain_pair_sq_distances' values (gathered ends, x.pow(2)) bit for bit, at sizes
     whose reductions take torch's vectorised paths, with blocks that do not divide the pairs."""
     g = torch.Generator().manual_seed(dim)
     points = torch.randn(300, dim, generator=g, dtype=dtype) * 10 ** torch.rand(
         300, 1, generator=g, dtype=dtype
     )
     pairs = torch.randint(0, 300, (2, 1500), generator=g)
-    reference = pair_sq_distances(points, pairs)
+    reference = plain_pair_sq_distances(points, pairs)
     for gather_entries in [dim, 7 * dim + 1, 2**18]:
         assert torch.equal(PairSqDistances.apply(points, pairs, gather_entries), reference), gather_entries
         assert torch.equal(pair_sq_distances_in_blocks(points, pairs, gather_entries), reference), (

@@ -55,29 +55,23 @@ def bfloat16_products_pay():
     return 2 * seconds[torch.bfloat16] <= seconds[torch.float32]
 
 
-def pair_sq_distances(points, pairs, out=None):
-    """||p_i - p_j||^2 of the (2, K) ``pairs`` from the coordinate differences (exact near 0),
-    written into ``out`` if given. The rows are gathered with F.embedding (= points[indices]),
-    whose backward is much faster on CPU than index_select's for repeated indices."""
-    ends = torch.nn.functional.embedding(pairs, points)
-    return torch.sum((ends[0] - ends[1]).pow(2), dim=1, out=out)
-
-
 def pair_differences(points, pairs, out, scratch):
     """p_i - p_j of the (2, k) ``pairs``, written into ``out`` (k, D); ``scratch`` (k, D) is
-    overwritten (it holds the second points, gathered). The same values as pair_sq_distances'
-    differences, with no temporary of its own: a fresh (k, D) tensor per block of a few MB is
-    above the size glibc's allocator reuses until it has seen it freed, and early in training
-    its page faults cost more than the arithmetic."""
+    overwritten (it holds the second points, gathered). The values of points[pairs[0]] -
+    points[pairs[1]], with no temporary of its own: a fresh (k, D) tensor per block of a few
+    MB is above the size glibc's allocator reuses until it has seen it freed, and early in
+    training its page faults cost more than the arithmetic."""
     torch.index_select(points, 0, pairs[0], out=out)
     return out.sub_(torch.index_select(points, 0, pairs[1], out=scratch))
 
 
 class PairSqDistances(torch.autograd.Function):
-    """pair_sq_distances with its gradient in closed form: with diff = p_i - p_j, the gradient
-    of g ||diff||^2 is 2 g diff for p_i and -2 g diff for p_j, added up per point by two
-    index_adds (autograd's backward of the gather, the difference and the square makes several
-    K x D temporaries and a gather backward). Same values; first derivatives only.
+    """||p_i - p_j||^2 of the (2, K) ``pairs`` from the coordinate differences (exact near 0),
+    with its gradient in closed form: with diff = p_i - p_j, the gradient of g ||diff||^2 is
+    2 g diff for p_i and -2 g diff for p_j, added up per point by two index_adds (autograd's
+    backward of the gather, the difference and the square makes several K x D temporaries and
+    a gather backward). The values of the plain expression ((points[i] - points[j]) ** 2).sum(1),
+    bit for bit; first derivatives only.
 
     The differences are saved in one K x D buffer, filled ``gather_entries`` coordinates at a
     time, and the only other temporary is one block's size, written in place by every block:
@@ -113,7 +107,7 @@ class PairSqDistances(torch.autograd.Function):
         # all first points, then all second points: the order of one index_add over each
         for side, sign in [(0, 1), (1, -1)]:
             for start in range(0, pairs.shape[1], step):
-                block_terms = terms[: len(diff[start : start + step])]
+                block_terms = terms[: min(step, len(diff) - start)]
                 torch.mul(
                     diff[start : start + step], twice[start : start + step].unsqueeze(1), out=block_terms
                 )
@@ -122,9 +116,10 @@ class PairSqDistances(torch.autograd.Function):
 
 
 def pair_sq_distances_in_blocks(points, pairs, gather_entries):
-    """pair_sq_distances in blocks of at most ``gather_entries`` gathered coordinates (small
-    blocks stay in the CPU's caches), each block's values written into one output, the
-    blocks' differences into two buffers of one block's size (pair_differences). No gradient.
+    """PairSqDistances' values without a gradient, in blocks of at most ``gather_entries``
+    gathered coordinates (small blocks stay in the CPU's caches), each block's values written
+    into one output, the blocks' differences into two buffers of one block's size
+    (pair_differences).
     (Kept as a list of small per-block results, each allocated between two blocks'
     temporaries, they would pin those in the C allocator's heap: about 0.5 MB per block, 16 GB
     for a build among 8 M close pairs.)"""
