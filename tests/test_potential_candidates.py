@@ -195,6 +195,28 @@ def test_bfloat16_factors_of_the_later_points_are_views_with_the_same_bounds():
     assert (lower <= sq).all() and (sq[lower < 0.5] <= lower[lower < 0.5] + width).all()
 
 
+@pytest.mark.parametrize("dim", [1, 28, 60, 512])
+def test_bfloat16_factors_rows_start_on_cache_lines_and_bound_the_distances(dim):
+    """The factors' rows and columns are views of buffers whose rows are whole 64-byte lines
+    (D + 4 numbers rounded up to a multiple of 32), through updates that grow the rows and
+    change the points; the products of those views bound the points' squared distances."""
+    g = torch.Generator().manual_seed(dim)
+    factors = Bfloat16Factors()
+    for n, num_rows in [(100, 10), (100, 60), (130, 60), (130, 5)]:
+        points = torch.randn(n, dim, generator=g)
+        factors.update(points, num_rows, 2**10)
+        for part in (factors.rows, factors.columns, factors._row_buffer):
+            assert part.shape[1] == dim + 4 and part.stride() == (-(-(dim + 4) // 32) * 32, 1)
+            assert part.data_ptr() % 64 == 0
+        assert factors.rows.shape[0] == num_rows and factors.columns.shape[0] == n
+        assert factors.columns[:, dim : dim + 2].eq(1).all() and factors.rows[:, dim + 2 :].eq(1).all()
+        exact = points[:num_rows].double().unsqueeze(1).sub(points.double().unsqueeze(0)).pow(2).sum(dim=2)
+        near = exact.median().item()
+        scale, shift, width = factors.bounds(near)
+        lower = factors.lower_bounds(0, num_rows, 0, scale, shift).double()
+        assert (lower <= exact).all() and (exact[lower < near] <= lower[lower < near] + width).all()
+
+
 @pytest.mark.parametrize("share", [0.0, 1e-4, 0.01, 0.5, 1.0])
 @pytest.mark.parametrize("nan_every", [7, 997])
 def test_entries_below_equal_nonzero(share, nan_every):
