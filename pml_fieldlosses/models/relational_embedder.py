@@ -184,7 +184,8 @@ class ReconstructionError(torch.autograd.Function):
     def forward(ctx, h, nodes, weight, bias):
         nodes = nodes.transpose(0, 1)  # (K, batch, E)
         reconstruction = torch.baddbmm(bias.unsqueeze(1), nodes, weight.transpose(1, 2))
-        diff = h.transpose(0, 1) - reconstruction  # (K, batch, in)
+        # (K, batch, in), written over the reconstruction: no second temporary of that size
+        diff = torch.sub(h.transpose(0, 1), reconstruction, out=reconstruction)
         ctx.save_for_backward(nodes, diff)
         return diff.square().mean(dim=-1).transpose(0, 1)
 
