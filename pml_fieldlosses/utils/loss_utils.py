@@ -99,7 +99,8 @@ def unit_rows_backward(grad, unit, norms, eps):
     the row removed), grad / eps where smaller (the clamped norm is a constant there). The same
     gradient as autograd through the plain ops (which takes about eight passes over x for it)."""
     along = torch.linalg.vecdot(unit, grad).unsqueeze(-1).masked_fill_(norms < eps, 0)
-    # the same operations in the same order, in one temporary of x's size instead of three
+    # the same operations in the same order as (grad - unit * along) / clamped norms, in one
+    # temporary of x's size instead of three
     result = unit * along
     return torch.sub(grad, result, out=result).div_(norms.clamp_min(eps))
 
