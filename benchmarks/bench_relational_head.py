@@ -3,6 +3,7 @@
     python benchmarks/bench_relational_head.py                # B=180, 1024 -> 512, K=4, C=100, CPU
     python benchmarks/bench_relational_head.py --clock cpu    # one thread, its CPU time (shared machines)
     python benchmarks/bench_relational_head.py --device cuda --autocast float16
+    python benchmarks/bench_relational_head.py --other ../an-older-checkout   # two versions, one process
 
 What is compared: one training step without the optimiser, from trunk features
 (requiring grad, as if a trunk produced them) to the backward of the loss, with
@@ -17,6 +18,11 @@ the same base loss on the embedder's output in both steps:
               ProxyAnchorLoss(C, out) on its output, without the branch and reconstruction
               terms (the head's own cost)
 * linear / relational (eval forward): the embedder alone in eval mode, no grad (test-time cost)
+* relational (--other): with --other FOLDER, the relational step of the pml_fieldlosses package
+              in FOLDER (another version's checkout or git worktree, imported under another
+              name), with this version's parameters copied into it; the script then prints
+              this version's relational step over the other's, and whether both gave the
+              same loss and gradients, bit for bit (a speed change that keeps the values)
 
 Each step zeroes the gradients of its embedder, its loss and the features, then runs
 the forward and the backward; all steps see the same features and labels. Under
@@ -30,42 +36,81 @@ processes barely disturb.
 """
 
 import argparse
+import importlib
 import statistics
 import time
 
 import device as bench_device  # this folder's device options (on sys.path as a script)
 import torch
 from bench_losses import make_inputs
+from bench_versions import load_other
 from pytorch_metric_learning import losses
 
 from pml_fieldlosses.losses.relational_loss import RelationalLoss
 from pml_fieldlosses.models import RelationalEmbedder
 
 
-def build(args):
-    torch.manual_seed(0)
+def relational_pair(args, embedder_class, loss_class):
+    """The DRML-PA head and loss of the given classes (this version's or another's)."""
     C, D, K = args.num_classes, args.embedding_size, args.num_branches
-    linear = torch.nn.Linear(args.in_features, D)
-    linear_loss = losses.ProxyAnchorLoss(C, D)
-    head = RelationalEmbedder(args.in_features, D, K)
-    with torch.no_grad():  # a trained integrator: the relational path is not a no-op
-        head.integrator.weight.add_(0.1 * torch.randn_like(head.integrator.weight))
-    head_loss = RelationalLoss(
+    head = embedder_class(args.in_features, D, K)
+    head_loss = loss_class(
         losses.ProxyAnchorLoss(C, D),
         branch_losses=lambda: losses.ProxyAnchorLoss(C, D // K),
         num_branches=K,
         embedding_size=D,
     )
+    return head, head_loss
+
+
+def build(args, other=None):
+    """The timed steps by name, and the (head, loss) of each relational version; with ``other``
+    (another version's package), also its relational step, on a copy of this version's
+    parameters."""
+    torch.manual_seed(0)
+    C, D = args.num_classes, args.embedding_size
+    linear = torch.nn.Linear(args.in_features, D)
+    linear_loss = losses.ProxyAnchorLoss(C, D)
+    head, head_loss = relational_pair(args, RelationalEmbedder, RelationalLoss)
+    with torch.no_grad():  # a trained integrator: the relational path is not a no-op
+        head.integrator.weight.add_(0.1 * torch.randn_like(head.integrator.weight))
     modules = [linear, linear_loss, head, head_loss]
-    for m in modules:
-        m.to(args.device)
-    return {
+    versions = {"relational": (head, head_loss)}
+    steps = {
         "linear": training_step(linear, linear_loss, args),
         "relational": training_step(head, head_loss, args),
         "relational head + base loss only": training_step(head, linear_loss, args),
         "linear (eval forward)": eval_forward(linear, args),
         "relational (eval forward)": eval_forward(head, args),
     }
+    if other is not None:
+        other_loss_module = importlib.import_module(f"{other.__name__}.losses.relational_loss")
+        other_head, other_loss = relational_pair(
+            args, other.models.RelationalEmbedder, other_loss_module.RelationalLoss
+        )
+        other_head.load_state_dict(head.state_dict())
+        other_loss.load_state_dict(head_loss.state_dict())
+        modules += [other_head, other_loss]
+        steps["relational (--other)"] = training_step(other_head, other_loss, args)
+        versions["relational (--other)"] = (other_head, other_loss)
+    for m in modules:
+        m.to(args.device)
+    return steps, versions
+
+
+def same_results(versions, args, features, labels):
+    """Whether this version's relational step and the other's give the same loss and the same
+    gradients (features and every parameter), bit for bit."""
+    results = []
+    for head, head_loss in versions.values():
+        loss = training_step(head, head_loss, args)(features, labels)
+        grads = [features.grad] + [p.grad for m in (head, head_loss) for p in m.parameters()]
+        results.append((loss.detach(), [None if g is None else g.clone() for g in grads]))
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    return torch.equal(loss_a, loss_b) and all(
+        (a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
+        for a, b in zip(grads_a, grads_b)
+    )
 
 
 def training_step(embedder, loss_fn, args):
@@ -77,6 +122,7 @@ def training_step(embedder, loss_fn, args):
         with bench_device.autocast(args):
             loss = loss_fn(embedder(features), labels)
         loss.backward()
+        return loss
 
     return step
 
@@ -102,6 +148,9 @@ def main():
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall")
+    parser.add_argument(
+        "--other", metavar="FOLDER", help="a checkout of another version: its relational step too"
+    )
     bench_device.add_device_options(parser)
     args = parser.parse_args()
     device = bench_device.check_device(parser, args)
@@ -115,7 +164,8 @@ def main():
     def clock():
         return time.thread_time() if args.clock == "cpu" else bench_device.clock(device)
 
-    steps = build(args)
+    other = load_other(parser, args.other) if args.other else None
+    steps, versions = build(args, other)
     features, labels = make_inputs(args.batch_size, args.num_classes, args.in_features, args.device)
     for step in steps.values():  # warm-up
         for _ in range(3):
@@ -137,6 +187,12 @@ def main():
     for name, t in times.items():
         median = statistics.median(t)
         print(f"{name:<34}{1000 * median:>10.3f}{median / baseline:>10.2f}")
+    if other is not None:
+        ratio = statistics.median(times["relational"]) / statistics.median(times["relational (--other)"])
+        same = same_results(versions, args, features, labels)
+        print(
+            f"relational / relational (--other): {ratio:.3f}; same loss and gradients: {'yes' if same else 'NO'}"
+        )
 
 
 if __name__ == "__main__":

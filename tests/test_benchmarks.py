@@ -154,6 +154,27 @@ def test_relational_head_benchmark_prints_a_ratio_per_step():
         assert float(line.split()[-1]) > 0, line
 
 
+def test_relational_head_benchmark_compares_another_version_in_one_process():
+    """--other: this checkout as the other version: its relational step is timed too, with a
+    ratio and the same loss and gradients bit for bit; a folder without the package is refused
+    naming --other."""
+    root = BENCHMARKS.parent
+    args = f"--batch-size 16 --in-features 32 --embedding-size 16 --num-branches 4 --num-classes 5 --reps 2 --other {root}"
+    out = run_script("bench_relational_head.py", args)
+    assert re.search(r"^relational \(--other\)\s+[0-9.]+\s+[0-9.]+$", out, re.M), out
+    (line,) = [line for line in out.splitlines() if line.startswith("relational / relational (--other):")]
+    assert float(re.search(r": ([0-9.]+);", line).group(1)) > 0 and line.endswith(
+        "same loss and gradients: yes"
+    )
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_relational_head.py"), "--other", str(root / "docs")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and "argument --other" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_benchmarks_refuse_a_device_torch_cannot_use():
     for name in (
         "bench_losses.py",
