@@ -50,17 +50,15 @@ from pml_fieldlosses.losses.relational_loss import RelationalLoss
 from pml_fieldlosses.models import RelationalEmbedder
 
 
-def relational_pair(args, embedder_class, loss_class):
-    """The DRML-PA head and loss of the given classes (this version's or another's)."""
+def relational_loss(args, loss_class):
+    """The DRML-PA objective, of the given RelationalLoss class (this version's or another's)."""
     C, D, K = args.num_classes, args.embedding_size, args.num_branches
-    head = embedder_class(args.in_features, D, K)
-    head_loss = loss_class(
+    return loss_class(
         losses.ProxyAnchorLoss(C, D),
         branch_losses=lambda: losses.ProxyAnchorLoss(C, D // K),
         num_branches=K,
         embedding_size=D,
     )
-    return head, head_loss
 
 
 def build(args, other=None):
@@ -68,12 +66,13 @@ def build(args, other=None):
     (another version's package), also its relational step, on a copy of this version's
     parameters."""
     torch.manual_seed(0)
-    C, D = args.num_classes, args.embedding_size
+    C, D, K = args.num_classes, args.embedding_size, args.num_branches
     linear = torch.nn.Linear(args.in_features, D)
     linear_loss = losses.ProxyAnchorLoss(C, D)
-    head, head_loss = relational_pair(args, RelationalEmbedder, RelationalLoss)
+    head = RelationalEmbedder(args.in_features, D, K)
     with torch.no_grad():  # a trained integrator: the relational path is not a no-op
         head.integrator.weight.add_(0.1 * torch.randn_like(head.integrator.weight))
+    head_loss = relational_loss(args, RelationalLoss)
     modules = [linear, linear_loss, head, head_loss]
     versions = {"relational": (head, head_loss)}
     steps = {
@@ -85,9 +84,8 @@ def build(args, other=None):
     }
     if other is not None:
         other_loss_module = importlib.import_module(f"{other.__name__}.losses.relational_loss")
-        other_head, other_loss = relational_pair(
-            args, other.models.RelationalEmbedder, other_loss_module.RelationalLoss
-        )
+        other_head = other.models.RelationalEmbedder(args.in_features, D, K)
+        other_loss = relational_loss(args, other_loss_module.RelationalLoss)
         other_head.load_state_dict(head.state_dict())
         other_loss.load_state_dict(head_loss.state_dict())
         modules += [other_head, other_loss]
