@@ -55,14 +55,17 @@ def bfloat16_products_pay():
     return 2 * seconds[torch.bfloat16] <= seconds[torch.float32]
 
 
-def pair_differences(points, pairs, out, scratch):
-    """p_i - p_j of the (2, k) ``pairs``, written into ``out`` (k, D); ``scratch`` (k, D) is
-    overwritten (it holds the second points, gathered). The values of points[pairs[0]] -
-    points[pairs[1]], with no temporary of its own: a fresh (k, D) tensor per block of a few
-    MB is above the size glibc's allocator reuses until it has seen it freed, and early in
-    training its page faults cost more than the arithmetic."""
-    torch.index_select(points, 0, pairs[0], out=out)
-    return out.sub_(torch.index_select(points, 0, pairs[1], out=scratch))
+def pair_sq_distances_into(points, pairs, diff, scratch, out):
+    """||p_i - p_j||^2 of the (2, k) ``pairs`` written into ``out`` (k,), and p_i - p_j into
+    ``diff`` (k, D); ``scratch`` (k, D) is overwritten (the second points gathered, then the
+    squares). The values of ((points[pairs[0]] - points[pairs[1]]) ** 2).sum(1) bit for bit,
+    with no temporary of its own: a fresh (k, D) tensor per block of a few MB is above the size
+    glibc's allocator reuses until it has seen it freed, and early in training its page faults
+    cost more than the arithmetic."""
+    torch.index_select(points, 0, pairs[0], out=diff)
+    diff.sub_(torch.index_select(points, 0, pairs[1], out=scratch))
+    # (x * x: the bits of x.pow(2), which torch computes as that product)
+    return torch.sum(torch.mul(diff, diff, out=scratch), dim=1, out=out)
 
 
 class PairSqDistances(torch.autograd.Function):
@@ -88,11 +91,10 @@ class PairSqDistances(torch.autograd.Function):
         sq = points.new_empty(num_pairs)
         scratch = points.new_empty(min(step, num_pairs), dim)
         for start in range(0, num_pairs, step):
-            block = pairs[:, start : start + step]
-            squares = scratch[: block.shape[1]]
-            block_diff = pair_differences(points, block, diff[start : start + step], squares)
-            # (x * x: the bits of x.pow(2), which torch computes as that product)
-            torch.sum(torch.mul(block_diff, block_diff, out=squares), dim=1, out=sq[start : start + step])
+            stop = min(start + step, num_pairs)
+            pair_sq_distances_into(
+                points, pairs[:, start:stop], diff[start:stop], scratch[: stop - start], sq[start:stop]
+            )
         ctx.save_for_backward(diff, pairs)
         ctx.num_points, ctx.step = len(points), step
         return sq
@@ -119,7 +121,7 @@ def pair_sq_distances_in_blocks(points, pairs, gather_entries):
     """PairSqDistances' values without a gradient, in blocks of at most ``gather_entries``
     gathered coordinates (small blocks stay in the CPU's caches), each block's values written
     into one output, the blocks' differences into two buffers of one block's size
-    (pair_differences).
+    (pair_sq_distances_into).
     (Kept as a list of small per-block results, each allocated between two blocks'
     temporaries, they would pin those in the C allocator's heap: about 0.5 MB per block, 16 GB
     for a build among 8 M close pairs.)"""
@@ -128,10 +130,9 @@ def pair_sq_distances_in_blocks(points, pairs, gather_entries):
     sq = points.new_empty(num_pairs)
     first, second = points.new_empty(2, min(step, num_pairs), dim)
     for start in range(0, num_pairs, step):
-        block = pairs[:, start : start + step]
-        size = block.shape[1]
-        diff = pair_differences(points, block, first[:size], second[:size])
-        torch.sum(torch.mul(diff, diff, out=second[:size]), dim=1, out=sq[start : start + size])
+        stop = min(start + step, num_pairs)
+        size = stop - start
+        pair_sq_distances_into(points, pairs[:, start:stop], first[:size], second[:size], sq[start:stop])
     return sq
 
 
