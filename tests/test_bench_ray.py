@@ -28,25 +28,18 @@ def results(out):
     return found
 
 
-def test_ray_runs_give_the_local_results_and_resume(folder, tmp_path, capsys):  # noqa: F811
-    import ray
-
+def test_ray_runs_give_the_local_results_and_resume(folder, tmp_path, capsys, local_ray):  # noqa: F811
     local = tiny_config(folder, tmp_path / "local", losses=LOSSES, workers=2)
     on_ray = dataclasses.replace(local, out=str(tmp_path / "ray" / "out"), ray_address="local")
-    try:
-        rows_local = run_bench(local)
-        rows_ray = run_bench(on_ray)
-        assert [r["loss"] for r in rows_ray] == [r["loss"] for r in rows_local] == [
-            r["loss"] for r in rows_ray
-        ]
-        assert results(tmp_path / "ray" / "out") == results(tmp_path / "local" / "out")
-        assert len(results(tmp_path / "ray" / "out")) == 1 + 2 * len(LOSSES)  # untrained once
-        assert {r["loss"] for r in rows_ray} == {UNTRAINED, *LOSSES}
-        capsys.readouterr()
-        run_bench(on_ray)  # everything finished: nothing is sent to Ray again
-        assert "resuming: 5 of 5 runs already finished" in capsys.readouterr().err
-    finally:
-        ray.shutdown()
+    rows_local = run_bench(local)
+    rows_ray = run_bench(on_ray)
+    assert [r["loss"] for r in rows_ray] == [r["loss"] for r in rows_local] == [r["loss"] for r in rows_ray]
+    assert results(tmp_path / "ray" / "out") == results(tmp_path / "local" / "out")
+    assert len(results(tmp_path / "ray" / "out")) == 1 + 2 * len(LOSSES)  # untrained once
+    assert {r["loss"] for r in rows_ray} == {UNTRAINED, *LOSSES}
+    capsys.readouterr()
+    run_bench(on_ray)  # everything finished: nothing is sent to Ray again
+    assert "resuming: 5 of 5 runs already finished" in capsys.readouterr().err
 
 
 def test_cli_takes_the_ray_address():

@@ -55,7 +55,9 @@ def train(loss_name, folder, num_epochs, resume=False):
         "embedder_optimizer": torch.optim.Adam(embedder.parameters(), lr=3e-3),
         "metric_loss_optimizer": torch.optim.Adam(loss_func.parameters(), lr=3e-2),
     }
-    record_keeper, _, _ = logging_presets.get_record_keeper(str(folder / "logs"), str(folder / "tensorboard"))
+    record_keeper, _, writer = logging_presets.get_record_keeper(
+        str(folder / "logs"), str(folder / "tensorboard")
+    )
     hooks = logging_presets.get_hook_container(record_keeper)
     tester = make_tester(end_of_testing_hook=hooks.end_of_testing_hook)
     save_and_test = hooks.end_of_epoch_hook(tester, {"val": test_set}, str(folder / "models"))
@@ -80,6 +82,7 @@ def train(loss_name, folder, num_epochs, resume=False):
     start_epoch = hooks.load_latest_saved_models(trainer, str(folder / "models"), torch.device("cpu"))
     seed_epoch(start_epoch)
     trainer.train(start_epoch, num_epochs)
+    writer.close()
     return trunk, embedder, loss_func, start_epoch
 
 

@@ -14,13 +14,6 @@ from pml_fieldlosses.app import cluster, cluster_slots  # noqa: E402
 from pml_fieldlosses.app.errors import FileFault  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    started = cluster.connect(num_cpus=2)
-    yield started
-    ray.shutdown()
-
-
 def square(job):
     return job * job
 

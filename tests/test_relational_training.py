@@ -143,7 +143,7 @@ def test_train_with_classifier():
 
 def test_logging_hooks_subset_miner_and_model_saving(tmp_path):
     pytest.importorskip("tensorboard")
-    record_keeper, _, _ = logging_presets.get_record_keeper(tmp_path / "logs", tmp_path / "tensorboard")
+    record_keeper, _, writer = logging_presets.get_record_keeper(tmp_path / "logs", tmp_path / "tensorboard")
     hooks = logging_presets.get_hook_container(record_keeper, log_freq=1)
     tester = make_tester(end_of_testing_hook=hooks.end_of_testing_hook)
     model_folder = tmp_path / "models"
@@ -164,6 +164,7 @@ def test_logging_hooks_subset_miner_and_model_saving(tmp_path):
         end_of_epoch_hook=hooks.end_of_epoch_hook(tester, {"val": VAL}, str(model_folder), test_interval=1),
     )
     trainer.train(num_epochs=2)
+    writer.close()
     assert len(subset_miner.calls) == 16 and not any(subset_miner.calls)
 
     loss_record = record_keeper.query("SELECT * FROM metric_loss_RelationalLoss", return_dict=True)

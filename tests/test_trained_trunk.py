@@ -184,6 +184,7 @@ def warmup_run(trunk_warmup_epochs, epochs, frozen_trunk=False):
         {"metric_loss": loss},
         torch.utils.data.TensorDataset(data, labels),
         sampler=torch.utils.data.SequentialSampler(range(64)),
+        dataloader_num_workers=0,  # as the bench's runs (PML's default starts 2 worker processes)
         data_device=torch.device("cpu"),
         lr_schedulers=schedulers,
         gradient_clippers={f"{name}_grad_clipper": c for name, c in clippers.items()},
