@@ -15,10 +15,6 @@ def same_global_random_state():
     torch.manual_seed(0)
 
 
-# the one Ray instance of this test process (local_ray), once started
-SESSION_RAY = {}
-
-
 @pytest.fixture(scope="session")
 def local_ray():
     """A local Ray instance with 2 CPUs, started once for every test of the session that needs
@@ -29,8 +25,7 @@ def local_ray():
     ray = pytest.importorskip("ray")
     from pml_fieldlosses.app import cluster
 
-    SESSION_RAY["ray"] = cluster.connect(num_cpus=2)
-    yield SESSION_RAY["ray"]
+    yield cluster.connect(num_cpus=2)
     ray.shutdown()
 
 
@@ -41,8 +36,8 @@ def ray_initialized():
 
 def is_background_thread(thread):
     """A thread that lives on by design: tqdm's progress-bar monitor (one per process), and
-    the Python threads of the session's Ray driver."""
-    return type(thread).__name__ == "TMonitor" or (bool(SESSION_RAY) and thread.name == "PythonGCThread")
+    the Python threads of the session's Ray driver (local_ray: no test starts Ray otherwise)."""
+    return type(thread).__name__ == "TMonitor" or (thread.name == "PythonGCThread" and ray_initialized())
 
 
 @pytest.fixture(autouse=True)
