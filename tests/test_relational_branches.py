@@ -1,15 +1,17 @@
-"""RelationalLoss's one-pass branch losses (pml_fieldlosses/losses/relational_branches.py):
-for PML's ProxyAnchorLoss as the branch loss, the K branch losses are computed together;
-the value and every gradient must be those of calling each branch loss on its own samples,
-and everything the one pass does not reproduce must be called loss by loss."""
+"""RelationalLoss's one-pass ProxyAnchor terms (pml_fieldlosses/losses/relational_proxy_anchor.py):
+for PML's ProxyAnchorLoss as the base loss and/or the branch loss, the base loss and the K
+branch losses are computed together; the value and every gradient must be those of calling
+the base loss on the embeddings and each branch loss on its own samples, and everything the
+one pass does not reproduce must be called loss by loss."""
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pytorch_metric_learning import losses, miners, reducers, regularizers
 
 from pml_fieldlosses.losses import RelationalLoss
-from pml_fieldlosses.losses.relational_branches import batchable_proxy_anchor
+from pml_fieldlosses.losses.relational_proxy_anchor import batchable_proxy_anchor
 from pml_fieldlosses.models.relational_embedder import BranchOutputs
 
 from .helpers import assert_close
@@ -94,15 +96,18 @@ def test_one_pass_equals_the_branch_losses_called_one_by_one(case):
             assert_close(grad, expected_grad, torch.float64)
 
 
-def test_the_whole_loss_and_its_gradients_equal_the_branch_by_branch_loss():
-    """RelationalLoss.forward with the one pass against the loss assembled from the branch
-    losses called one by one, in float32 and float64."""
+@pytest.mark.parametrize("base_classes", [5, 7])
+def test_the_whole_loss_and_its_gradients_equal_the_branch_by_branch_loss(base_classes):
+    """RelationalLoss.forward with the one pass against the loss assembled from the base loss
+    and the branch losses called one by one, in float32 and float64: a base loss with the
+    branch losses' num_classes (their rows in one pass) and with another (two passes), and
+    another margin and alpha than theirs."""
     K, E, C, B = 3, 4, 5, 17
     for dtype in (torch.float32, torch.float64):
         g = torch.Generator().manual_seed(1)
         torch.manual_seed(1)
         loss_fn = RelationalLoss(
-            losses.ProxyAnchorLoss(C, K * E),
+            losses.ProxyAnchorLoss(base_classes, K * E),
             branch_losses=lambda: losses.ProxyAnchorLoss(C, E, margin=0.2, alpha=8),
             num_branches=K,
             embedding_size=K * E,
@@ -217,3 +222,42 @@ def branch_by_branch_mined(loss_fn, miner, nodes, errors, labels):
             x, y = nodes[members, k], labels[members]
             total = total + loss_fn.branch_loss_of(k)(x, y, miner(x, y))
     return total
+
+
+@pytest.mark.parametrize("called", ["base", "branches"])
+def test_the_term_that_must_be_called_is_called_and_the_other_still_in_one_pass(called):
+    """A forward hook on the base loss (it must see its call) with plain branch losses, or a
+    branch miner (the branch losses are called) with a plain base loss: the loss and its
+    gradients are still those of calling every loss, float64, 1e-12."""
+    K, E, C, B = 2, 3, 4, 11
+    g = torch.Generator().manual_seed(3)
+    torch.manual_seed(3)
+    miner = miners.MultiSimilarityMiner()
+    calls = []
+    loss_fn = RelationalLoss(
+        losses.ProxyAnchorLoss(C, K * E),
+        branch_losses=lambda: losses.ProxyAnchorLoss(C, E),
+        num_branches=K,
+        branch_miner=miner if called == "branches" else None,
+    ).double()
+    if called == "base":
+        loss_fn.base_loss.register_forward_hook(lambda module, args, out: calls.append(len(args[0])))
+    else:
+        for k in range(K):
+            loss_fn.branch_loss_of(k).register_forward_hook(
+                lambda module, args, out: calls.append(len(args[0]))
+            )
+    embeddings, nodes, errors = outputs(B, K, E, g)
+    labels = torch.randint(0, C, (B,), generator=g)
+    inputs = [embeddings, nodes, errors, *loss_fn.parameters()]
+    value = loss_fn(attach(embeddings, nodes, errors), labels)
+    assert sum(calls) == B  # the base loss on the batch, or the branch losses on all its samples
+    branches = (
+        branch_by_branch_mined(loss_fn, miner, nodes, errors, labels)
+        if called == "branches"
+        else branch_by_branch(loss_fn, nodes, errors, labels)
+    )
+    expected = branches + loss_fn.base_loss(embeddings, labels) + errors.mean()
+    assert_close(value, expected, torch.float64)
+    for grad, expected_grad in zip(torch.autograd.grad(value, inputs), torch.autograd.grad(expected, inputs)):
+        assert_close(grad, expected_grad, torch.float64)

@@ -1,118 +1,87 @@
 """The relational head's and loss's hand-written backwards against the plain operations they
-replace, in float64 at 1e-12 (values and gradients): the K ProxyAnchor branch losses in one
-autograd Function, the unit rows (the nodes' normalisation), BranchLinear's backward and the
-edge projections read in one pass over the features."""
+replace, in float64 at 1e-12 (values and gradients): the ProxyAnchor terms of the base and
+branch losses in one autograd Function, the unit rows (the nodes' normalisation),
+BranchLinear's backward and the edge projections read in one pass over the features."""
 
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
-from pml_fieldlosses.losses.relational_branches import ProxyAnchorBranches, proxy_anchor_branches
+from pml_fieldlosses.losses.relational_proxy_anchor import ProxyAnchorGroups
 from pml_fieldlosses.models.relational_embedder import (
     BranchLinear,
     BranchLinearFunction,
     branch_linear,
     projections,
 )
-from pml_fieldlosses.utils.loss_utils import UnitRows, index_counts, log1p_sum_exp, unit_rows
+from pml_fieldlosses.utils.loss_utils import UnitRows, index_counts, unit_rows
 
 from .helpers import assert_close
 
 
-def plain_proxy_anchor_branches(grouped, labels, counts, proxies, alpha, margin):
-    """The branch losses with autograd through plain ops: each branch's rows unit-normalised,
-    padded with zero rows, PML's ProxyAnchor terms: the negatives through PML's own logsumexp
-    (branch by branch), the positives as grouped log(1 + sum exp)."""
-    K, C = proxies.shape[:2]
-    M = max(counts)
-    sizes = torch.tensor(counts)
-    branch = torch.repeat_interleave(torch.arange(K), sizes)
-    row = torch.arange(len(grouped)) - (sizes.cumsum(0) - sizes)[branch]
-    x = torch.nn.functional.normalize(grouped, dim=1)
-    p = torch.nn.functional.normalize(proxies, dim=2)
-    padded = x.new_zeros(K, M, x.shape[1]).index_put((branch, row), x)
-    cos = torch.bmm(padded, p.transpose(1, 2))
-    negative = torch.zeros(K, M, C, dtype=torch.bool)
-    negative[branch, row] = True
-    negative[branch, row, labels] = False
-    group = branch * C + labels
-    pos_term = log1p_sum_exp(alpha * (margin - cos[branch, row, labels]), group, K * C).view(K, C)
-    neg_values = alpha * (cos + margin)
-    neg_term = torch.stack(
-        [
-            lmu.logsumexp(neg_values[k], keep_mask=negative[k], add_one=True, dim=0).squeeze(0)
-            for k in range(K)
-        ]
-    )
-    with_positives = torch.bincount(group, minlength=K * C).view(K, C).gt(0).sum(dim=1)
-    return (pos_term.sum(dim=1) / with_positives + neg_term.sum(dim=1) / C).sum()
+def plain_proxy_anchor_groups(cos, labels, group, num_groups, alpha, margin):
+    """The groups' ProxyAnchor terms with autograd through plain ops, group by group (a loop):
+    PML's logsumexp(add_one=True) over the group's rows, masked to the positives and to the
+    negatives, PML's divisors."""
+    C = cos.shape[1]
+    terms = []
+    for g in range(num_groups):
+        a = float(alpha[g]) if torch.is_tensor(alpha) else alpha
+        m = float(margin[g]) if torch.is_tensor(margin) else margin
+        rows = cos[group == g]
+        positive = torch.nn.functional.one_hot(labels[group == g], C).bool()
+        pos_term = lmu.logsumexp(a * (m - rows), keep_mask=positive, add_one=True, dim=0)
+        neg_term = lmu.logsumexp(a * (rows + m), keep_mask=~positive, add_one=True, dim=0)
+        present = positive.any(dim=0).sum()
+        terms.append(pos_term.sum() / present + neg_term.sum() / C)
+    return torch.stack(terms)
 
 
-class FakeProxyAnchor:
-    """What proxy_anchor_branches reads of a PML ProxyAnchorLoss."""
-
-    def __init__(self, proxies, alpha, margin):
-        self.proxies, self.alpha, self.margin, self.num_classes = proxies, alpha, margin, len(proxies)
-
-    def cast_types(self, dtype, device):
-        pass
-
-
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
-    K=st.integers(1, 4),
+    G=st.integers(1, 4),
     C=st.integers(1, 6),
-    E=st.integers(2, 5),  # E = 1: the nodes' gradient is 0, which the plain ops give as rounding noise
-    sizes=st.lists(st.integers(1, 5), min_size=4, max_size=4),
+    groups=st.lists(st.integers(0, 3), min_size=1, max_size=12),
+    per_group=st.booleans(),
     alpha=st.sampled_from([1.0, 32.0, 200.0]),
     margin=st.sampled_from([0.0, 0.1, 0.5]),
-    zero_row=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_one_function_equals_the_plain_ops(K, C, E, sizes, alpha, margin, zero_row, seed):
-    """Branches of different sizes (padding rows), large alpha (the shifts), an all-zero
-    node or proxy (the clamped norm), every gradient."""
+def test_one_function_equals_the_plain_ops(G, C, groups, per_group, alpha, margin, seed):
+    """Groups of different sizes in any order (every group given a row), one label or several,
+    large alpha (the shifts), alpha and margin per group or shared, every gradient."""
     g = torch.Generator().manual_seed(seed)
-    counts = sizes[:K]
-    B = sum(counts)
-    nodes = torch.randn(B, K, E, generator=g, dtype=torch.float64)
-    proxies = torch.randn(K, C, E, generator=g, dtype=torch.float64)
-    if zero_row:
-        nodes[0].zero_()
-        proxies[0, 0].zero_()
-    nodes.requires_grad_()
-    proxies.requires_grad_()
-    labels = torch.randint(0, C, (B,), generator=g)
-    # the samples grouped by branch: branch k holds counts[k] of them, in a shuffled order
-    order = torch.randperm(B, generator=g)
-    branch_of = torch.repeat_interleave(torch.arange(K), torch.tensor(counts))
-    assignment = torch.empty(B, dtype=torch.long)
-    assignment[order] = branch_of
-    losses = [FakeProxyAnchor(proxies[k], alpha, margin) for k in range(K)]
-    fast = proxy_anchor_branches(losses, nodes, labels, order, list(range(K)), counts)
-    plain = plain_proxy_anchor_branches(
-        nodes[order, assignment[order]], labels[order], counts, proxies, alpha, margin
-    )
+    group = torch.tensor([x % G for x in groups] + list(range(G)))
+    group = group[torch.randperm(len(group), generator=g)]
+    cos = (2 * torch.rand(len(group), C, generator=g, dtype=torch.float64) - 1).requires_grad_()
+    labels = torch.randint(0, C, (len(group),), generator=g)
+    if per_group:  # as for a base loss and branch losses of other alpha and margin
+        alpha = alpha * (1 + torch.rand(G, generator=g, dtype=torch.float64))
+        margin = margin + 0.1 * torch.rand(G, generator=g, dtype=torch.float64)
+    fast = ProxyAnchorGroups.apply(cos, labels, group, G, alpha, margin)
+    plain = plain_proxy_anchor_groups(cos, labels, group, G, alpha, margin)
     assert_close(fast, plain, torch.float64)
-    upstream = torch.tensor(1.7, dtype=torch.float64)
-    for got, expected in zip(
-        torch.autograd.grad(fast, [nodes, proxies], upstream),
-        torch.autograd.grad(plain, [nodes, proxies], upstream),
-    ):
-        assert_close(got, expected, torch.float64)
+    upstream = torch.randn(G, generator=g, dtype=torch.float64)
+    assert_close(
+        torch.autograd.grad(fast, cos, upstream)[0],
+        torch.autograd.grad(plain, cos, upstream)[0],
+        torch.float64,
+    )
 
 
-def test_the_function_computes_only_the_gradients_needed():
-    g = torch.Generator().manual_seed(0)
-    nodes = torch.randn(5, 2, 3, generator=g, dtype=torch.float64, requires_grad=True)
-    proxies = torch.randn(2, 4, 3, generator=g, dtype=torch.float64)  # frozen
-    losses = [FakeProxyAnchor(proxies[k], 32.0, 0.1) for k in range(2)]
-    order = torch.tensor([3, 0, 1, 4, 2])
-    value = proxy_anchor_branches(losses, nodes, torch.tensor([0, 1, 1, 3, 2]), order, [0, 1], [2, 3])
-    assert type(value.grad_fn).__name__ == f"{ProxyAnchorBranches.__name__}Backward"
-    (grad,) = torch.autograd.grad(value, [nodes])
-    assert grad.shape == nodes.shape
+def test_a_column_far_below_its_shift_gives_zero_not_nan():
+    """alpha 1000: exponentials that underflow to 0 in every column but the largest entry's,
+    and a column whose only negative entries underflow; the values and gradients stay finite."""
+    cos = torch.tensor([[0.9, -0.9], [-0.9, 0.9], [0.5, 0.5]], dtype=torch.float64, requires_grad=True)
+    labels = torch.tensor([0, 1, 0])
+    group = torch.zeros(3, dtype=torch.long)
+    fast = ProxyAnchorGroups.apply(cos, labels, group, 1, 1000.0, 0.1)
+    plain = plain_proxy_anchor_groups(cos, labels, group, 1, 1000.0, 0.1)
+    assert_close(fast, plain, torch.float64)
+    (grad,) = torch.autograd.grad(fast.sum(), cos)
+    assert torch.isfinite(grad).all()
+    assert_close(grad, torch.autograd.grad(plain.sum(), cos)[0], torch.float64)
 
 
 @settings(max_examples=20, deadline=None)

@@ -8,7 +8,7 @@ from pytorch_metric_learning.utils import common_functions as c_f
 from ..models.relational_embedder import RelationalEmbedder, branch_outputs_of, known_finite
 from ..utils import checks
 from ..utils.loss_utils import index_counts, upcast_half
-from .relational_branches import batchable_proxy_anchor, proxy_anchor_branches
+from .relational_proxy_anchor import batchable_proxy_anchor, proxy_anchor_terms
 
 
 # "Deep Relational Metric Learning" (Zheng et al., ICCV 2021), the DRML objective;
@@ -183,8 +183,21 @@ class RelationalLoss(BaseMetricLossFunction):
         return nodes, errors
 
     def loss_terms(self, embeddings, nodes, errors, labels, indices_tuple):
-        branch_loss = self.branch_loss(nodes, errors, labels, indices_tuple)
-        representation_loss = self.base_loss(embeddings, labels, indices_tuple)
+        assignment, counts = self.assign(errors)
+        # the ProxyAnchor terms in one pass where that is exact, the other terms call by call
+        base_loss = (
+            self.base_loss if indices_tuple is None and batchable_proxy_anchor([self.base_loss]) else None
+        )
+        branch_losses = self.batchable_branch_losses(counts, indices_tuple)
+        representation_loss = branch_loss = None
+        if base_loss is not None or branch_losses:
+            representation_loss, branch_loss = proxy_anchor_terms(
+                base_loss, embeddings, branch_losses, nodes, assignment, labels
+            )
+        if branch_loss is None:
+            branch_loss = self.branch_loss_by_calls(nodes, assignment, counts, labels, indices_tuple)
+        if representation_loss is None:
+            representation_loss = self.base_loss(embeddings, labels, indices_tuple)
         # the mean, divided before the sum: errors near the dtype's largest value have a finite mean
         reconstruction_loss = errors.div(errors.numel()).sum()
         return {
@@ -212,25 +225,42 @@ class RelationalLoss(BaseMetricLossFunction):
             f"{loss.dtype} ({', '.join(f'{n}={v:g}' for n, v in values.items())})"
         )
 
-    def branch_loss(self, nodes, errors, labels, indices_tuple):
-        """Sum over branches of the branch loss on the samples assigned to the branch."""
+    def assign(self, errors):
+        """Each sample's branch, that of its smallest reconstruction error (ties -> lowest
+        index), and the number of samples of each branch (recorded as statistics)."""
         assignment = errors.detach().argmin(dim=1)  # first minimum: ties -> lowest index
         counts = index_counts(assignment, self.num_branches).tolist()
-        order = torch.argsort(assignment, stable=True)  # the samples grouped by branch, in batch order
         if self.collect_stats:
             for k in range(self.num_branches):
                 setattr(self, f"num_samples_branch_{k}", counts[k])
-        called = [k for k in range(self.num_branches) if counts[k] > 0]  # an empty branch adds 0
-        losses = [self.branch_loss_of(k) for k in called]
-        if indices_tuple is None and self.branch_miner is None and batchable_proxy_anchor(losses):
-            return proxy_anchor_branches(losses, nodes, labels, order, called, [counts[k] for k in called])
+        return assignment, counts
+
+    def branch_loss(self, nodes, errors, labels, indices_tuple):
+        """Sum over branches of the branch loss on the samples assigned to the branch."""
+        assignment, counts = self.assign(errors)
+        branch_losses = self.batchable_branch_losses(counts, indices_tuple)
+        if branch_losses:
+            return proxy_anchor_terms(None, None, branch_losses, nodes, assignment, labels)[1]
+        return self.branch_loss_by_calls(nodes, assignment, counts, labels, indices_tuple)
+
+    def batchable_branch_losses(self, counts, indices_tuple):
+        """{k: branch loss k} of the branches with samples (an empty branch adds 0) if
+        proxy_anchor_terms computes them exactly, else {}."""
+        if indices_tuple is not None or self.branch_miner is not None:
+            return {}
+        losses = {k: self.branch_loss_of(k) for k in range(self.num_branches) if counts[k] > 0}
+        return losses if batchable_proxy_anchor(list(losses.values())) else {}
+
+    def branch_loss_by_calls(self, nodes, assignment, counts, labels, indices_tuple):
+        """The branch term with each branch loss called on its own samples."""
+        order = torch.argsort(assignment, stable=True)  # the samples grouped by branch, in batch order
         # each sample's own node, gathered at once: one indexing op (and one scatter in the
         # backward) instead of one per branch
         grouped_nodes, grouped_labels = nodes[order, assignment[order]], labels[order]
         grouped_nodes, grouped_labels = grouped_nodes.split(counts), grouped_labels.split(counts)
         total = 0
         for k, members in enumerate(order.split(counts)):
-            if counts[k] == 0:
+            if counts[k] == 0:  # an empty branch adds 0
                 continue
             branch_nodes, branch_labels = grouped_nodes[k], grouped_labels[k]
             if self.branch_miner is not None:

@@ -183,11 +183,14 @@ class ReconstructionError(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, nodes, weight, bias):
         nodes = nodes.transpose(0, 1)  # (K, batch, E)
-        reconstruction = torch.baddbmm(bias.unsqueeze(1), nodes, weight.transpose(1, 2))
-        # (K, batch, in), written over the reconstruction: no second temporary of that size
-        diff = torch.sub(h.transpose(0, 1), reconstruction, out=reconstruction)
+        # diff = (h - bias) - weight nodes, (K, batch, in): the product subtracted in place by
+        # the batched product itself, one temporary of that size and one pass to make it
+        diff = torch.sub(h.transpose(0, 1), bias.unsqueeze(1)).baddbmm_(
+            nodes, weight.transpose(1, 2), alpha=-1
+        )
         ctx.save_for_backward(nodes, diff)
-        return diff.square().mean(dim=-1).transpose(0, 1)
+        # the sum of squares of each row in one pass (a dot product), then the mean
+        return torch.linalg.vecdot(diff, diff).div_(diff.shape[-1]).transpose(0, 1)
 
     @staticmethod
     @torch.autograd.function.once_differentiable

@@ -1,0 +1,204 @@
+"""RelationalLoss's ProxyAnchor terms computed together, where that is exact.
+
+RelationalLoss calls its base loss on the embeddings and branch loss k on the nodes of
+the samples assigned to branch k. With PML's ProxyAnchorLoss for these (DRML-PA, the
+official code's main setting) each call does the same few dozen small operations, so
+the K + 1 calls cost about K + 1 times PML's per-call overhead. ``proxy_anchor_terms``
+gives the same values and gradients in one pass over one cosine matrix, whose columns
+are the proxies of every loss involved: the base loss's, then those of each branch with
+samples. A sample takes part in the base loss's columns and in its own branch's columns;
+every other entry is masked out of the sums over samples, as PML masks the pairs of a
+sample absent from a call (docs/models.md, "Speed").
+"""
+
+import collections
+import math
+
+import torch
+from pytorch_metric_learning.distances import CosineSimilarity
+from pytorch_metric_learning.losses import ProxyAnchorLoss
+from pytorch_metric_learning.reducers import DivisorReducer, MultipleReducers
+
+from ..utils.loss_utils import UnitRows, grouped_exps, index_counts
+
+PML_EPS = 1e-12  # the eps of torch.nn.functional.normalize, which PML's CosineSimilarity calls
+
+
+def batchable_proxy_anchor(losses):
+    """True if every loss in ``losses`` is a plain PML ProxyAnchorLoss at its defaults
+    (cosine similarity, DivisorReducer, no regularizer, no statistics, no hooks), all
+    with the same num_classes, margin and alpha: then proxy_anchor_terms computes
+    exactly what calling each of them computes. Anything else is called loss by loss."""
+    if not losses:
+        return False
+    first = losses[0]
+    return all(
+        type(loss) is ProxyAnchorLoss
+        and loss.num_classes == first.num_classes
+        and loss.margin == first.margin
+        and loss.alpha == first.alpha
+        and type(loss.distance) is CosineSimilarity
+        and loss.distance.p == 2
+        and loss.distance.power == 1
+        and type(loss.reducer) is MultipleReducers
+        and set(loss.reducer.reducers) == {"pos_loss", "neg_loss"}
+        and all(type(reducer) is DivisorReducer for reducer in loss.reducer.reducers.values())
+        and loss.weight_regularizer is None
+        and loss.embedding_regularizer is None
+        and not any(
+            m.collect_stats for m in (loss, loss.distance, loss.reducer, *loss.reducer.reducers.values())
+        )
+        and not (loss._forward_hooks or loss._forward_pre_hooks or loss._backward_hooks)
+        for loss in losses
+    )
+
+
+def proxy_anchor_terms(base_loss, embeddings, branch_losses, nodes, assignment, labels):
+    """(base_loss(embeddings, labels), sum over k of branch_losses[k](nodes of the samples of
+    branch k, their labels)) in one pass, for ProxyAnchorLosses that pass
+    batchable_proxy_anchor (the branch losses together), without indices tuples.
+
+    base_loss is None (no base term: None is returned for it) or a ProxyAnchorLoss.
+    branch_losses is a dict {k: the loss of branch k} of the branches with samples; empty:
+    no branch term (None is returned for it). A branch left out is not called: its proxies
+    get no gradient. nodes (batch, K, E), the int64 assignment (batch,) of each sample to its
+    branch and the int64 labels (batch,) are those of RelationalLoss.
+
+    Each loss call is a group of rows of cosines: the base loss's, each sample against the
+    base proxies; branch k's, each sample of branch k (its own node) against branch k's
+    proxies. The groups of the same num_classes (the base and branch losses of DRML-PA) are
+    stacked and computed in one ProxyAnchorGroups pass."""
+    device, dtype = nodes.device, nodes.dtype
+    B = len(labels)
+    calls = []  # (a loss of the call(s), cosines (rows, C), each row's group, number of groups)
+    if base_loss is not None:
+        base_loss.cast_types(dtype, device)  # PML does this on each call
+        calls.append(Call(base_loss, cosines_of(embeddings, base_loss.proxies), torch.zeros_like(labels), 1))
+    if branch_losses:
+        for loss in branch_losses.values():
+            loss.cast_types(dtype, device)
+        # each branch's group (-1 for the branches without samples), then each sample's
+        group_of = torch.full((nodes.shape[1],), -1, dtype=torch.long, device=device)
+        group_of[torch.tensor(list(branch_losses), device=device)] = torch.arange(
+            len(branch_losses), device=device
+        )
+        group = group_of[assignment]
+        proxies = torch.cat([loss.proxies for loss in branch_losses.values()])
+        # each sample's own node (gathered at once) against every branch's proxies; its row:
+        # the cosines with its own branch's proxies
+        rows = torch.arange(B, device=device)
+        every = cosines_of(nodes[rows, assignment], proxies).view(B, len(branch_losses), -1)
+        calls.append(Call(next(iter(branch_losses.values())), every[rows, group], group, len(branch_losses)))
+    if len(calls) == 2 and calls[0].loss.num_classes == calls[1].loss.num_classes:
+        calls = [stacked(*calls)]
+    terms = [
+        ProxyAnchorGroups.apply(
+            call.cosines,
+            labels.repeat(len(call.cosines) // B),
+            call.group,
+            call.num_groups,
+            call.alpha if call.alpha is not None else call.loss.alpha,
+            call.margin if call.alpha is not None else call.loss.margin,
+        )
+        for call in calls
+    ]
+    terms = torch.cat(terms) if len(terms) > 1 else terms[0]
+    base_term = terms[0] if base_loss is not None else None
+    branch_term = terms[int(base_loss is not None) :].sum() if branch_losses else None
+    return base_term, branch_term
+
+
+Call = collections.namedtuple("Call", ["loss", "cosines", "group", "num_groups", "alpha", "margin"])
+Call.__doc__ = """Loss calls of proxy_anchor_terms, one per group of rows of cosines: a loss of
+theirs (for num_classes), the cosines (rows, num_classes), the group of each row, the number
+of groups, and each group's alpha and margin (None: the loss's, for every group)."""
+Call.__new__.__defaults__ = (None, None)
+
+
+def stacked(first, second):
+    """One Call of the groups of two Calls of the same num_classes: the rows of the first,
+    then of the second (their groups numbered after the first's)."""
+    alpha = [float(first.loss.alpha)] * first.num_groups + [float(second.loss.alpha)] * second.num_groups
+    margin = [float(first.loss.margin)] * first.num_groups + [float(second.loss.margin)] * second.num_groups
+    return Call(
+        first.loss,
+        torch.cat([first.cosines, second.cosines]),
+        torch.cat([first.group, second.group + first.num_groups]),
+        first.num_groups + second.num_groups,
+        torch.tensor(alpha, dtype=first.cosines.dtype, device=first.cosines.device),
+        torch.tensor(margin, dtype=first.cosines.dtype, device=first.cosines.device),
+    )
+
+
+def cosines_of(samples, proxies):
+    """PML's CosineSimilarity of samples and proxies: both unit-normalised (eps 1e-12), then
+    their dot products (samples, proxies)."""
+    return UnitRows.apply(samples, PML_EPS)[0].matmul(UnitRows.apply(proxies, PML_EPS)[0].t())
+
+
+class ProxyAnchorGroups(torch.autograd.Function):
+    """The ProxyAnchor terms (num_groups,) of a Call's groups of rows, from its (rows, C)
+    cosines and the rows' labels, with a hand-written backward.
+
+    Group g's term is PML's ProxyAnchorLoss on the rows of group g: on each column c,
+    log(1 + sum over the group's rows of another label of exp(alpha (cos + margin))) and
+    log(1 + sum over its rows of label c of exp(alpha (margin - cos))), as shifted sums over
+    the group's rows; the pos terms summed and divided by the number of labels present in
+    the group, the neg terms summed and divided by C. Every row has one positive (its label),
+    so the sums over a group's rows are grouped sums of whole rows, with no mask: the
+    positive's entry of the negatives is set to 0 by index. The backward reuses the forward's
+    exponentials: d term / d cos is alpha * exp / denominator on a negative (over C) and
+    -alpha * exp / denominator on a positive (over the labels present). Autograd through the
+    plain ops takes about forty small steps for this. No double backward."""
+
+    @staticmethod
+    def forward(ctx, cos, labels, group, num_groups, alpha, margin):
+        G, C = num_groups, cos.shape[1]
+        rows = torch.arange(len(cos), device=cos.device)
+        # alpha and margin: numbers, or one per group (then one per row)
+        row_alpha, row_margin = (
+            (alpha, margin) if not torch.is_tensor(alpha) else (alpha[group], margin[group])
+        )
+        # the negatives: per group and column, the shifted log(1 + sum of exp) over the group's
+        # rows of another label (PML's logsumexp with add_one), the shift at least 0 (the "+ 1")
+        if torch.is_tensor(alpha):
+            values = row_alpha.unsqueeze(1) * (cos + row_margin.unsqueeze(1))
+        else:
+            values = alpha * (cos + margin)
+        without_positives = values.detach().index_put((rows, labels), values.new_tensor(-math.inf))
+        shift = grouped_max(without_positives, group, G)
+        neg_exp = torch.exp(values - shift[group]).index_put_((rows, labels), values.new_zeros(()))
+        neg_denominator = torch.exp(-shift) + values.new_zeros(G, C).index_add_(0, group, neg_exp)
+        neg_term = shift + torch.log(neg_denominator)
+        # the positives: per group and label, the shifted log(1 + sum of exp) of its rows' values
+        positive = group * C + labels
+        pos_values = row_alpha * (row_margin - cos[rows, labels])
+        pos_shift, pos_exp, pos_sums = grouped_exps(pos_values, positive, G * C)
+        pos_denominator = torch.exp(-pos_shift) + pos_sums
+        pos_term = (pos_shift + torch.log(pos_denominator)).view(G, C)
+        # PML's DivisorReducer: pos_loss by the number of labels present, neg_loss by C
+        present = index_counts(positive, G * C).view(G, C).gt(0).sum(dim=1)
+        ctx.save_for_backward(labels, group, neg_exp, neg_denominator, pos_exp, pos_denominator, present)
+        ctx.alpha = alpha
+        return pos_term.sum(dim=1) / present + neg_term.sum(dim=1) / C
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        labels, group, neg_exp, neg_denominator, pos_exp, pos_denominator, present = ctx.saved_tensors
+        C = neg_exp.shape[1]
+        scale = grad * ctx.alpha  # per group
+        # neg_exp is 0 on the positives
+        grad_cos = neg_exp * (scale.unsqueeze(1) / C / neg_denominator)[group]
+        positive = group * C + labels
+        pos_weight = (scale / present)[group] * pos_exp / pos_denominator[positive]
+        grad_cos[torch.arange(len(labels), device=labels.device), labels] = -pos_weight
+        return grad_cos, None, None, None, None, None
+
+
+def grouped_max(values, groups, num_groups):
+    """max(0, the largest value of each column over each group's rows): (num_groups, columns)
+    from values (rows, columns) and the group of each row; 0 for a column whose values in
+    the group are all -inf."""
+    index = groups.unsqueeze(1).expand_as(values)
+    return values.new_zeros(num_groups, values.shape[1]).scatter_reduce_(0, index, values, "amax")
