@@ -77,12 +77,12 @@ def proxy_anchor_terms(base_loss, embeddings, branch_losses, nodes, assignment, 
     if branch_losses:
         for loss in branch_losses.values():
             loss.cast_types(dtype, device)
-        # each branch's group (-1 for the branches without samples), then each sample's
-        group_of = torch.full((nodes.shape[1],), -1, dtype=torch.long, device=device)
-        group_of[torch.tensor(list(branch_losses), device=device)] = torch.arange(
-            len(branch_losses), device=device
-        )
-        group = group_of[assignment]
+        group = assignment  # each sample's group: its branch's among the branches with samples
+        if len(branch_losses) < nodes.shape[1]:
+            group_of = [-1] * nodes.shape[1]
+            for g, k in enumerate(branch_losses):
+                group_of[k] = g
+            group = torch.tensor(group_of, device=device)[assignment]
         proxies = torch.cat([loss.proxies for loss in branch_losses.values()])
         # each sample's own node (gathered at once) against every branch's proxies; its row:
         # the cosines with its own branch's proxies
@@ -117,17 +117,20 @@ Call.__new__.__defaults__ = (None, None)
 
 def stacked(first, second):
     """One Call of the groups of two Calls of the same num_classes: the rows of the first,
-    then of the second (their groups numbered after the first's)."""
-    alpha = [float(first.loss.alpha)] * first.num_groups + [float(second.loss.alpha)] * second.num_groups
-    margin = [float(first.loss.margin)] * first.num_groups + [float(second.loss.margin)] * second.num_groups
-    return Call(
-        first.loss,
-        torch.cat([first.cosines, second.cosines]),
-        torch.cat([first.group, second.group + first.num_groups]),
-        first.num_groups + second.num_groups,
-        torch.tensor(alpha, dtype=first.cosines.dtype, device=first.cosines.device),
-        torch.tensor(margin, dtype=first.cosines.dtype, device=first.cosines.device),
+    then of the second (their groups numbered after the first's); alpha and margin per
+    group where the two losses' differ."""
+    cosines = torch.cat([first.cosines, second.cosines])
+    group = torch.cat([first.group, second.group + first.num_groups])
+    num_groups = first.num_groups + second.num_groups
+    settings = [(float(call.loss.alpha), float(call.loss.margin)) for call in (first, second)]
+    if settings[0] == settings[1]:
+        return Call(first.loss, cosines, group, num_groups)
+    per_group = torch.tensor(
+        [settings[0]] * first.num_groups + [settings[1]] * second.num_groups,
+        dtype=cosines.dtype,
+        device=cosines.device,
     )
+    return Call(first.loss, cosines, group, num_groups, per_group[:, 0], per_group[:, 1])
 
 
 def cosines_of(samples, proxies):
