@@ -192,7 +192,7 @@ class RelationalLoss(BaseMetricLossFunction):
         representation_loss = branch_loss = None
         if base_loss is not None or branch_losses:
             representation_loss, branch_loss = proxy_anchor_terms(
-                base_loss, embeddings, branch_losses, nodes, assignment, labels
+                base_loss, embeddings, branch_losses, nodes, assignment, counts, labels
             )
         if branch_loss is None:
             branch_loss = self.branch_loss_by_calls(nodes, assignment, counts, labels, indices_tuple)
@@ -240,7 +240,7 @@ class RelationalLoss(BaseMetricLossFunction):
         assignment, counts = self.assign(errors)
         branch_losses = self.batchable_branch_losses(counts, indices_tuple)
         if branch_losses:
-            return proxy_anchor_terms(None, None, branch_losses, nodes, assignment, labels)[1]
+            return proxy_anchor_terms(None, None, branch_losses, nodes, assignment, counts, labels)[1]
         return self.branch_loss_by_calls(nodes, assignment, counts, labels, indices_tuple)
 
     def batchable_branch_losses(self, counts, indices_tuple):

@@ -53,7 +53,7 @@ def batchable_proxy_anchor(losses):
     )
 
 
-def proxy_anchor_terms(base_loss, embeddings, branch_losses, nodes, assignment, labels):
+def proxy_anchor_terms(base_loss, embeddings, branch_losses, nodes, assignment, counts, labels):
     """(base_loss(embeddings, labels), sum over k of branch_losses[k](nodes of the samples of
     branch k, their labels)) in one pass, for ProxyAnchorLosses that pass
     batchable_proxy_anchor (the branch losses together), without indices tuples.
@@ -62,44 +62,34 @@ def proxy_anchor_terms(base_loss, embeddings, branch_losses, nodes, assignment, 
     branch_losses is a dict {k: the loss of branch k} of the branches with samples; empty:
     no branch term (None is returned for it). A branch left out is not called: its proxies
     get no gradient. nodes (batch, K, E), the int64 assignment (batch,) of each sample to its
-    branch and the int64 labels (batch,) are those of RelationalLoss.
+    branch, the number of samples of each branch (a list) and the int64 labels (batch,) are
+    those of RelationalLoss.
 
     Each loss call is a group of rows of cosines: the base loss's, each sample against the
     base proxies; branch k's, each sample of branch k (its own node) against branch k's
     proxies. The groups of the same num_classes (the base and branch losses of DRML-PA) are
     stacked and computed in one ProxyAnchorGroups pass."""
     device, dtype = nodes.device, nodes.dtype
-    B = len(labels)
-    calls = []  # (a loss of the call(s), cosines (rows, C), each row's group, number of groups)
+    calls = []
     if base_loss is not None:
         base_loss.cast_types(dtype, device)  # PML does this on each call
-        calls.append(Call(base_loss, cosines_of(embeddings, base_loss.proxies), torch.zeros_like(labels), 1))
+        cosines = cosines_of(embeddings, base_loss.proxies)
+        calls.append(Call(base_loss, cosines, labels, torch.zeros_like(labels), 1))
     if branch_losses:
         for loss in branch_losses.values():
             loss.cast_types(dtype, device)
-        group = assignment  # each sample's group: its branch's among the branches with samples
-        if len(branch_losses) < nodes.shape[1]:
-            group_of = [-1] * nodes.shape[1]
-            for g, k in enumerate(branch_losses):
-                group_of[k] = g
-            group = torch.tensor(group_of, device=device)[assignment]
-        proxies = torch.cat([loss.proxies for loss in branch_losses.values()])
-        # each sample's own node (gathered at once) against every branch's proxies; its row:
-        # the cosines with its own branch's proxies
-        rows = torch.arange(B, device=device)
-        every = cosines_of(nodes[rows, assignment], proxies).view(B, len(branch_losses), -1)
-        calls.append(Call(next(iter(branch_losses.values())), every[rows, group], group, len(branch_losses)))
+        calls.append(branch_call(branch_losses, nodes, assignment, counts, labels))
     if len(calls) == 2 and calls[0].loss.num_classes == calls[1].loss.num_classes:
         calls = [stacked(*calls)]
     terms = [
         ProxyAnchorGroups.apply(
             call.cosines,
-            labels.repeat(len(call.cosines) // B),
+            call.labels,
             call.group,
-            call.num_groups,
+            call.num_groups + 1,  # the padding rows' group, last, left out of every term
             call.alpha if call.alpha is not None else call.loss.alpha,
             call.margin if call.alpha is not None else call.loss.margin,
-        )
+        )[:-1]
         for call in calls
     ]
     terms = torch.cat(terms) if len(terms) > 1 else terms[0]
@@ -108,29 +98,55 @@ def proxy_anchor_terms(base_loss, embeddings, branch_losses, nodes, assignment, 
     return base_term, branch_term
 
 
-Call = collections.namedtuple("Call", ["loss", "cosines", "group", "num_groups", "alpha", "margin"])
+Call = collections.namedtuple(
+    "Call", ["loss", "cosines", "labels", "group", "num_groups", "alpha", "margin"], defaults=(None, None)
+)
 Call.__doc__ = """Loss calls of proxy_anchor_terms, one per group of rows of cosines: a loss of
-theirs (for num_classes), the cosines (rows, num_classes), the group of each row, the number
-of groups, and each group's alpha and margin (None: the loss's, for every group)."""
-Call.__new__.__defaults__ = (None, None)
+theirs (for num_classes), the cosines (rows, num_classes), the rows' labels, the group of
+each row (num_groups for a padding row), the number of groups, and the alpha and margin of
+each group and of the padding group (None: the loss's, for every group)."""
+
+
+def branch_call(branch_losses, nodes, assignment, counts, labels):
+    """The Call of the branch losses: group g's rows are the samples of the g-th branch in
+    branch_losses (their own nodes, in batch order) against its proxies, from a (G, M, C)
+    product of the branches side by side, M the size of the largest. A smaller branch is
+    padded with copies of its last sample in the padding group, whose term is left out:
+    their gradient is exactly 0."""
+    device = nodes.device
+    G, M = len(branch_losses), max(counts[k] for k in branch_losses)
+    size = torch.tensor([counts[k] for k in branch_losses], device=device)
+    start = size.cumsum(0) - size
+    row = torch.arange(M, device=device)
+    # (G, M): the sample in row r of group g (its last one on a padding row), then its node
+    order = torch.argsort(assignment, stable=True)  # the samples grouped by branch, in batch order
+    sample = order[start.unsqueeze(1) + torch.minimum(row, size.unsqueeze(1) - 1)]
+    padded = nodes[sample, torch.tensor(list(branch_losses), device=device).unsqueeze(1)]
+    proxies = torch.stack([loss.proxies for loss in branch_losses.values()])  # (G, C, E)
+    x, p = UnitRows.apply(padded, PML_EPS)[0], UnitRows.apply(proxies, PML_EPS)[0]
+    cosines = torch.bmm(x, p.transpose(1, 2)).flatten(0, 1)  # (G * M, C)
+    group = torch.arange(G, device=device).unsqueeze(1).expand(G, M).masked_fill(row >= size.unsqueeze(1), G)
+    return Call(next(iter(branch_losses.values())), cosines, labels[sample.flatten()], group.flatten(), G)
 
 
 def stacked(first, second):
-    """One Call of the groups of two Calls of the same num_classes: the rows of the first,
-    then of the second (their groups numbered after the first's); alpha and margin per
+    """One Call of the groups of the base loss's Call (first, no padding rows) and the branch
+    losses' Call (second) of the same num_classes: the rows of the first, then of the second,
+    its groups (and its padding group, last) numbered after the first's. Alpha and margin per
     group where the two losses' differ."""
     cosines = torch.cat([first.cosines, second.cosines])
+    labels = torch.cat([first.labels, second.labels])
     group = torch.cat([first.group, second.group + first.num_groups])
     num_groups = first.num_groups + second.num_groups
     settings = [(float(call.loss.alpha), float(call.loss.margin)) for call in (first, second)]
     if settings[0] == settings[1]:
-        return Call(first.loss, cosines, group, num_groups)
+        return Call(first.loss, cosines, labels, group, num_groups)
     per_group = torch.tensor(
-        [settings[0]] * first.num_groups + [settings[1]] * second.num_groups,
+        [settings[0]] * first.num_groups + [settings[1]] * (second.num_groups + 1),
         dtype=cosines.dtype,
         device=cosines.device,
     )
-    return Call(first.loss, cosines, group, num_groups, per_group[:, 0], per_group[:, 1])
+    return Call(first.loss, cosines, labels, group, num_groups, per_group[:, 0], per_group[:, 1])
 
 
 def cosines_of(samples, proxies):
