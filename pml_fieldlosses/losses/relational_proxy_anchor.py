@@ -174,16 +174,13 @@ class ProxyAnchorGroups(torch.autograd.Function):
     def forward(ctx, cos, labels, group, num_groups, alpha, margin):
         G, C = num_groups, cos.shape[1]
         rows = torch.arange(len(cos), device=cos.device)
-        # alpha and margin: numbers, or one per group (then one per row)
-        row_alpha, row_margin = (
-            (alpha, margin) if not torch.is_tensor(alpha) else (alpha[group], margin[group])
-        )
+        # alpha and margin: numbers, or one per group, then one per row (a column of factors)
+        row_alpha, row_margin = alpha, margin
+        if torch.is_tensor(alpha):
+            row_alpha, row_margin = alpha[group].unsqueeze(1), margin[group].unsqueeze(1)
         # the negatives: per group and column, the shifted log(1 + sum of exp) over the group's
         # rows of another label (PML's logsumexp with add_one), the shift at least 0 (the "+ 1")
-        if torch.is_tensor(alpha):
-            values = row_alpha.unsqueeze(1) * (cos + row_margin.unsqueeze(1))
-        else:
-            values = alpha * (cos + margin)
+        values = row_alpha * (cos + row_margin)
         without_positives = values.detach().index_put((rows, labels), values.new_tensor(-math.inf))
         shift = grouped_max(without_positives, group, G)
         neg_exp = torch.exp(values - shift[group]).index_put_((rows, labels), values.new_zeros(()))
@@ -191,12 +188,13 @@ class ProxyAnchorGroups(torch.autograd.Function):
         neg_term = shift + torch.log(neg_denominator)
         # the positives: per group and label, the shifted log(1 + sum of exp) of its rows' values
         positive = group * C + labels
-        pos_values = row_alpha * (row_margin - cos[rows, labels])
+        pos_values = (row_alpha * (row_margin - cos[rows, labels].unsqueeze(1))).view(-1)
         pos_shift, pos_exp, pos_sums = grouped_exps(pos_values, positive, G * C)
         pos_denominator = torch.exp(-pos_shift) + pos_sums
         pos_term = (pos_shift + torch.log(pos_denominator)).view(G, C)
-        # PML's DivisorReducer: pos_loss by the number of labels present, neg_loss by C
-        present = index_counts(positive, G * C).view(G, C).gt(0).sum(dim=1)
+        # PML's DivisorReducer: pos_loss by the number of labels present (at least 1 in a group
+        # with rows; a group without, such as an unused padding group, gives 0), neg_loss by C
+        present = index_counts(positive, G * C).view(G, C).gt(0).sum(dim=1).clamp_min(1)
         ctx.save_for_backward(labels, group, neg_exp, neg_denominator, pos_exp, pos_denominator, present)
         ctx.alpha = alpha
         return pos_term.sum(dim=1) / present + neg_term.sum(dim=1) / C
