@@ -181,6 +181,16 @@ def test_relational_head_benchmark_compares_another_version_in_one_process():
     assert_refuses_a_folder_without_the_package("bench_relational_head.py")
 
 
+def test_slow_paths_benchmark_prints_a_ratio_per_case_and_dtype():
+    out = run_script("bench_slow_paths.py", "--shape 20 30 --reps 3")
+    assert out.startswith("device=cpu (CPU)"), out
+    for dtype in ("float32", "float64"):
+        section = out.split(dtype, 1)[1].splitlines()[1:9]
+        cases = [line.rsplit(None, 2) for line in section]
+        assert [case[0] for case in cases][:2] == ["exp, ordinary values", "exp, -inf"], section
+        assert all(float(us) > 0 and float(ratio) > 0 for _, us, ratio in cases), section
+
+
 def test_benchmarks_refuse_a_device_torch_cannot_use():
     for name in (
         "bench_losses.py",
@@ -188,6 +198,7 @@ def test_benchmarks_refuse_a_device_torch_cannot_use():
         "bench_relational_head.py",
         "bench_potential_training.py",
         "profile_potential_step.py",
+        "bench_slow_paths.py",
     ):
         result = subprocess.run(
             [sys.executable, str(BENCHMARKS / name), "--device", "nonsense"],

@@ -4,11 +4,10 @@ RelationalLoss calls its base loss on the embeddings and branch loss k on the no
 the samples assigned to branch k. With PML's ProxyAnchorLoss for these (DRML-PA, the
 official code's main setting) each call does the same few dozen small operations, so
 the K + 1 calls cost about K + 1 times PML's per-call overhead. ``proxy_anchor_terms``
-gives the same values and gradients in one pass over one cosine matrix, whose columns
-are the proxies of every loss involved: the base loss's, then those of each branch with
-samples. A sample takes part in the base loss's columns and in its own branch's columns;
-every other entry is masked out of the sums over samples, as PML masks the pairs of a
-sample absent from a call (docs/models.md, "Speed").
+gives the same values and gradients in one pass: each call is a group of rows of cosines
+(the base loss's: every sample against its proxies; branch k's: each sample of branch k
+against branch k's proxies), the groups are stacked, and each call's sums over its samples
+are grouped reductions over the rows of its group (docs/models.md, "Speed").
 """
 
 import collections
