@@ -261,3 +261,29 @@ def test_the_term_that_must_be_called_is_called_and_the_other_still_in_one_pass(
     assert_close(value, expected, torch.float64)
     for grad, expected_grad in zip(torch.autograd.grad(value, inputs), torch.autograd.grad(expected, inputs)):
         assert_close(grad, expected_grad, torch.float64)
+
+
+def test_frozen_proxies_get_no_gradient_and_the_rest_is_unchanged():
+    """Proxies that do not train (requires_grad False, base and branches): the one pass leaves
+    them without gradient, and the embeddings' and nodes' gradients are those of calling each
+    loss, float64, 1e-12."""
+    K, E, C, B = 3, 4, 5, 13
+    g = torch.Generator().manual_seed(4)
+    torch.manual_seed(4)
+    loss_fn = RelationalLoss(
+        losses.ProxyAnchorLoss(C, K * E), branch_losses=lambda: losses.ProxyAnchorLoss(C, E), num_branches=K
+    ).double()
+    loss_fn.requires_grad_(False)
+    embeddings, nodes, errors = outputs(B, K, E, g)
+    labels = torch.randint(0, C, (B,), generator=g)
+    value = loss_fn(attach(embeddings, nodes, errors), labels)
+    expected = (
+        branch_by_branch(loss_fn, nodes, errors, labels)
+        + loss_fn.base_loss(embeddings, labels)
+        + errors.mean()
+    )
+    assert_close(value, expected, torch.float64)
+    inputs = [embeddings, nodes, errors]
+    for grad, expected_grad in zip(torch.autograd.grad(value, inputs), torch.autograd.grad(expected, inputs)):
+        assert_close(grad, expected_grad, torch.float64)
+    assert all(p.grad is None for p in loss_fn.parameters())

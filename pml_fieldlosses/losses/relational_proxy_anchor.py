@@ -18,7 +18,7 @@ from pytorch_metric_learning.distances import CosineSimilarity
 from pytorch_metric_learning.losses import ProxyAnchorLoss
 from pytorch_metric_learning.reducers import DivisorReducer, MultipleReducers
 
-from ..utils.loss_utils import UnitRows, grouped_exps, index_counts
+from ..utils.loss_utils import UnitRows, grouped_exps, grouped_max, index_counts
 
 PML_EPS = 1e-12  # the eps of torch.nn.functional.normalize, which PML's CosineSimilarity calls
 
@@ -122,8 +122,7 @@ def branch_call(branch_losses, nodes, assignment, counts, labels):
     sample = order[start.unsqueeze(1) + torch.minimum(row, size.unsqueeze(1) - 1)]
     padded = nodes[sample, torch.tensor(list(branch_losses), device=device).unsqueeze(1)]
     proxies = torch.stack([loss.proxies for loss in branch_losses.values()])  # (G, C, E)
-    x, p = UnitRows.apply(padded, PML_EPS)[0], UnitRows.apply(proxies, PML_EPS)[0]
-    cosines = torch.bmm(x, p.transpose(1, 2)).flatten(0, 1)  # (G * M, C)
+    cosines = cosines_of(padded, proxies).flatten(0, 1)  # (G * M, C)
     group = torch.arange(G, device=device).unsqueeze(1).expand(G, M).masked_fill(row >= size.unsqueeze(1), G)
     return Call(next(iter(branch_losses.values())), cosines, labels[sample.flatten()], group.flatten(), G)
 
@@ -150,8 +149,9 @@ def stacked(first, second):
 
 def cosines_of(samples, proxies):
     """PML's CosineSimilarity of samples and proxies: both unit-normalised (eps 1e-12), then
-    their dot products (samples, proxies)."""
-    return UnitRows.apply(samples, PML_EPS)[0].matmul(UnitRows.apply(proxies, PML_EPS)[0].t())
+    their dot products, (samples, proxies); batched for (G, M, E) samples and (G, C, E)
+    proxies (one batched product)."""
+    return UnitRows.apply(samples, PML_EPS)[0].matmul(UnitRows.apply(proxies, PML_EPS)[0].transpose(-2, -1))
 
 
 class ProxyAnchorGroups(torch.autograd.Function):
@@ -210,11 +210,3 @@ class ProxyAnchorGroups(torch.autograd.Function):
         pos_weight = (scale / present)[group] * pos_exp / pos_denominator[positive]
         grad_cos[torch.arange(len(labels), device=labels.device), labels] = -pos_weight
         return grad_cos, None, None, None, None, None
-
-
-def grouped_max(values, groups, num_groups):
-    """max(0, the largest value of each column over each group's rows): (num_groups, columns)
-    from values (rows, columns) and the group of each row; 0 for a column whose values in
-    the group are all -inf."""
-    index = groups.unsqueeze(1).expand_as(values)
-    return values.new_zeros(num_groups, values.shape[1]).scatter_reduce_(0, index, values, "amax")

@@ -3,14 +3,21 @@ import math
 import torch
 
 
+def grouped_max(values, groups, num_groups):
+    """max(0, the largest of each group's rows of ``values``) (detached), (num_groups, ...)
+    from values (N, ...) and the group (N,) of each row: 0 for an empty group, and for a
+    group whose values are all -inf."""
+    index = groups.view((-1,) + (1,) * (values.ndim - 1)).expand_as(values)
+    shape = (num_groups,) + values.shape[1:]
+    return values.new_zeros(shape).scatter_reduce(0, index, values.detach(), "amax", include_self=True)
+
+
 def grouped_exps(values, groups, num_groups):
     """grouped_exp_sums, also returning each row's exponential: (shift, exps, sums) with
     exps = exp(values - shift[groups]), shaped like values (for a backward that reuses them)."""
-    shape = (num_groups,) + values.shape[1:]
-    index = groups.view((-1,) + (1,) * (values.ndim - 1)).expand_as(values)
-    shift = values.new_zeros(shape).scatter_reduce(0, index, values.detach(), "amax", include_self=True)
+    shift = grouped_max(values, groups, num_groups)
     exps = torch.exp(values - shift[groups])
-    return shift, exps, values.new_zeros(shape).index_add(0, groups, exps)
+    return shift, exps, values.new_zeros(shift.shape).index_add(0, groups, exps)
 
 
 def grouped_exp_sums(values, groups, num_groups):
