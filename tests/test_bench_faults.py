@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -751,6 +752,25 @@ def test_a_full_disk_at_any_write_is_named_and_a_rerun_completes_the_same_result
         run_bench(config)
     assert outcome(tmp / "out") == expected
     assert not [p for p in (tmp / "out").rglob("*") if p.name.endswith((".tmp", ".part"))]
+
+
+def test_a_full_disk_when_a_run_makes_its_model_folder_leaves_no_writer_running(folder, tmp_path):
+    """A run's TensorBoard writer (and its thread) is made before PML's hooks make the run's
+    model folder: a full disk there is named, and the writer's thread ends with the run."""
+    config = fault_config(folder, tmp_path, tmp_path / "cache")
+    real_mkdir = os.mkdir
+
+    def mkdir(path, *args, **kwargs):
+        if os.path.basename(os.fsdecode(path)) == "models":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fsdecode(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        quick_map(mp)
+        mp.setattr(os, "mkdir", mkdir)
+        with pytest.raises(FileFault, match="models"):
+            run_bench(config)
+    assert not [t for t in threading.enumerate() if type(t).__name__ == "_AsyncWriterThread"]
 
 
 @pytest.mark.parametrize(

@@ -168,39 +168,41 @@ def train_one(loss_name, seed, inputs, config, run_dir, tensorboard_dir, report=
     record_keeper, record_writer, writer = records.get_record_keeper(
         str(run_dir / "records"), str(tensorboard_dir)
     )
-    hooks = logging_presets.get_hook_container(record_keeper, primary_metric=metrics.PRIMARY, log_freq=10)
-    tester = make_tester(device, hooks)
-    end_of_epoch = hooks.end_of_epoch_hook(
-        tester,
-        {"val": inputs.eval_dataset("val")},
-        str(model_dir),
-        test_interval=1,
-        patience=config.patience,
-        splits_to_eval=[("val", ["val"])],
-        test_collate_fn=inputs.eval_collate,
-    )
-    timing = EpochHooks(hooks, tester, end_of_epoch, report or (lambda **info: None))
-    trainer = MetricLossOnly(
-        {"trunk": trunk, "embedder": embedder},
-        optimizers,
-        batch_size,
-        {"metric_loss": loss},
-        inputs.train_dataset(labels),
-        mining_funcs={"tuple_miner": miner} if miner else {},
-        sampler=samplers.MPerClassSampler(
-            labels, config.m_per_class, batch_size, length_before_new_iter=max(len(labels), batch_size)
-        ),
-        dataloader_num_workers=0,
-        data_device=device,
-        collate_fn=inputs.train_collate,
-        freeze_trunk_batchnorm=inputs.freeze_batchnorm,
-        lr_schedulers=schedulers,
-        gradient_clippers={f"{name}_grad_clipper": c for name, c in clippers.items()},
-        end_of_iteration_hook=timing.end_of_iteration,
-        end_of_epoch_hook=timing.end_of_epoch_hook,
-        trunk_warmup_epochs=inputs.trunk_warmup_epochs,
-    )
+    # from here on the writer's thread runs: any error (a full disk making the model folder,
+    # training, testing) closes it
     with closed_on_error(writer):
+        hooks = logging_presets.get_hook_container(record_keeper, primary_metric=metrics.PRIMARY, log_freq=10)
+        tester = make_tester(device, hooks)
+        end_of_epoch = hooks.end_of_epoch_hook(
+            tester,
+            {"val": inputs.eval_dataset("val")},
+            str(model_dir),
+            test_interval=1,
+            patience=config.patience,
+            splits_to_eval=[("val", ["val"])],
+            test_collate_fn=inputs.eval_collate,
+        )
+        timing = EpochHooks(hooks, tester, end_of_epoch, report or (lambda **info: None))
+        trainer = MetricLossOnly(
+            {"trunk": trunk, "embedder": embedder},
+            optimizers,
+            batch_size,
+            {"metric_loss": loss},
+            inputs.train_dataset(labels),
+            mining_funcs={"tuple_miner": miner} if miner else {},
+            sampler=samplers.MPerClassSampler(
+                labels, config.m_per_class, batch_size, length_before_new_iter=max(len(labels), batch_size)
+            ),
+            dataloader_num_workers=0,
+            data_device=device,
+            collate_fn=inputs.train_collate,
+            freeze_trunk_batchnorm=inputs.freeze_batchnorm,
+            lr_schedulers=schedulers,
+            gradient_clippers={f"{name}_grad_clipper": c for name, c in clippers.items()},
+            end_of_iteration_hook=timing.end_of_iteration,
+            end_of_epoch_hook=timing.end_of_epoch_hook,
+            trunk_warmup_epochs=inputs.trunk_warmup_epochs,
+        )
         trainer.train(num_epochs=config.epochs)
         best_epoch, best_val = hooks.get_best_epoch_and_accuracy(tester, "val")
         history = hooks.get_accuracy_history(tester, "val", return_all_metrics=True)
