@@ -11,7 +11,12 @@ from pytorch_metric_learning import miners, reducers, regularizers
 from pytorch_metric_learning.distances import CosineSimilarity
 
 from pml_fieldlosses import losses
-from pml_fieldlosses.utils.loss_utils import NormalizedRows, scale_rows_for_normalize
+from pml_fieldlosses.utils.loss_utils import (
+    GatheredNormalizedRows,
+    NormalizedRows,
+    normalized_rows_into,
+    scale_rows_for_normalize,
+)
 
 from .helpers import (
     DEVICE,
@@ -279,6 +284,29 @@ def test_fused_normalization_equals_autograds_chain_bit_for_bit(data, dtype, see
         chain = chain_of(x)
         (chain_grad,) = torch.autograd.grad(chain, x, upstream)
         assert torch.equal(fused, chain) and torch.equal(fused_grad, chain_grad)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from([torch.float32, torch.float64]), seed=st.integers(0, 2**16))
+def test_gathered_normalization_equals_autograds_chain_on_the_rows_bit_for_bit(data, dtype, seed):
+    """GatheredNormalizedRows (the potential losses' proxies in some pair, taken from the searches'
+    normalised proxies) gives normalize(x[rows]) and its gradient w.r.t. x bit for bit, for any
+    distinct rows of rows of any scale (zero rows, rows below eps), rows not taken getting 0."""
+    g = torch.Generator().manual_seed(seed)
+    x = rows_of_scales(data.draw(log_scales(dtype)), dtype, g).to(DEVICE).requires_grad_()
+    rows = torch.randperm(len(x), generator=g)[: int(torch.randint(0, len(x) + 1, (), generator=g))].to(
+        DEVICE
+    )
+    upstream = torch.randn(len(rows), x.shape[1], generator=g, dtype=torch.float64).to(dtype).to(DEVICE)
+    with torch.no_grad():
+        normalized = torch.empty_like(x)
+        norm = normalized_rows_into(x, 1e-12, normalized)
+        assert torch.equal(normalized, plain_normalize(x))
+    gathered = GatheredNormalizedRows.apply(x, rows, normalized, norm, 1e-12)
+    (gathered_grad,) = torch.autograd.grad(gathered, x, upstream)
+    chain = plain_normalize(torch.nn.functional.embedding(rows, x))
+    (chain_grad,) = torch.autograd.grad(chain, x, upstream)
+    assert torch.equal(gathered, chain) and torch.equal(gathered_grad, chain_grad)
 
 
 def test_fused_normalization_second_derivative_is_autograds_chain():

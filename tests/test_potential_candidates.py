@@ -320,6 +320,24 @@ def test_pair_sq_distances_gradient_in_closed_form_equals_autograd(num_pairs):
         assert torch.autograd.gradcheck(lambda p: PairSqDistances.apply(p, pairs, 2**17), (points,))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_pair_sq_distances_backward_twice_through_one_graph(dtype):
+    """PairSqDistances' backward scales its saved differences in place: a second backward through
+    the same graph (retain_graph) computes them again and gives the first one's gradient, bit for
+    bit, with other upstream gradients too."""
+    g = torch.Generator().manual_seed(3)
+    points = torch.randn(30, 16, generator=g, dtype=dtype, requires_grad=True)
+    pairs = torch.randint(0, 30, (2, 200), generator=g)
+    weights, others = torch.randn(2, 200, generator=g, dtype=dtype)
+    sq = PairSqDistances.apply(points, pairs, 5 * 16)
+    (first,) = torch.autograd.grad(sq, [points], weights, retain_graph=True)
+    (second,) = torch.autograd.grad(sq, [points], weights, retain_graph=True)
+    (third,) = torch.autograd.grad(sq, [points], others)
+    (plain,) = torch.autograd.grad(plain_pair_sq_distances(points, pairs), [points], others)
+    assert torch.equal(first, second)
+    assert_close(third, plain, dtype)
+
+
 @pytest.mark.parametrize("dim", [3, 17, 512])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_blocked_pair_sq_distances_equal_the_plain_ones_bit_for_bit(dtype, dim):

@@ -5,7 +5,7 @@ from pytorch_metric_learning.reducers import SumReducer
 from pytorch_metric_learning.utils import common_functions as c_f
 
 from ..utils import checks
-from ..utils.loss_utils import NormalizedRows
+from ..utils.loss_utils import GatheredNormalizedRows, NormalizedRows, normalized_rows_into
 from .mixins import CheckedForwardMixin
 from .potential.candidates import canonical_order, class_pairs, embedding_candidates
 from .potential.distances import (
@@ -194,14 +194,16 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         torch's normalize) when the distance normalises as PML's does (p = 2); on a GPU the
         step is bound by kernel launches, which autograd's chain issues with less Python
         overhead."""
-        distance = self.distance
-        if (
-            rows.device.type != "cpu"
-            or type(distance).normalize is not LpDistance.normalize
-            or distance.p != 2
-        ):
-            return distance.normalize(rows)
+        if not self.normalizes_in_fewer_passes(rows):
+            return self.distance.normalize(rows)
         return NormalizedRows.apply(rows, 1e-12, False)  # torch's normalize's eps
+
+    def normalizes_in_fewer_passes(self, rows):
+        """Whether ``normalized`` takes NormalizedRows for ``rows`` (see there)."""
+        distance = self.distance
+        return (
+            rows.device.type == "cpu" and type(distance).normalize is LpDistance.normalize and distance.p == 2
+        )
 
     def proxy_labels(self, device):
         classes = torch.arange(self.num_classes, device=device)
@@ -224,17 +226,28 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
     def sparse_energies(self, embeddings, raw_proxies, point_labels):
         """The same E_a by the plateau decomposition: the searches without gradient, then the
         energy of the pairs they found."""
+        B = len(embeddings)
         with torch.no_grad(), full_precision_matmul():  # the searches' rounding margins assume it
-            points = self.search_points(embeddings.detach(), raw_proxies.detach())
-            pairs, same = self.candidate_pairs(points, len(embeddings), point_labels)
+            points, norms = self.search_points(embeddings.detach(), raw_proxies.detach())
+            pairs, same = self.candidate_pairs(points, B, point_labels)
+        if norms is None:
+
+            def proxy_points_at(rows):
+                return self.proxy_points(torch.nn.functional.embedding(rows, raw_proxies))
+
+        else:  # the searches' normalised proxies and their norms, with NormalizedRows' gradient
+
+            def proxy_points_at(rows):
+                return GatheredNormalizedRows.apply(raw_proxies, rows, points[B:], norms, 1e-12)
+
         energies = scalable_energies(
             embeddings,
-            raw_proxies,
+            len(raw_proxies),
             point_labels,
             potential=self.pair_potential(),
             pairs=pairs,
             same=same,
-            proxy_points=self.proxy_points,
+            proxy_points_at=proxy_points_at,
             proxies_per_class=self.proxies_per_class,
             chunk_entries=self.chunk_entries,
             gather_entries=self.gather_block_entries(points.device),
@@ -261,19 +274,24 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         (``kept_buffer``: at tens of thousands of proxies a fresh one would cost more in page
         faults than the searches' arithmetic). A cache, not state: not saved, and made again
         for another shape, dtype or device. Rewritten at every call, so a view of it is not to
-        be kept."""
+        be kept. Also returns the proxies' norms (N M, 1) where ``normalized`` takes
+        NormalizedRows (its values, bit for bit), for the energies to take the normalised
+        proxies from here (GatheredNormalizedRows), else None."""
         B = len(embeddings)
+        norms = None
         # an ordinary tensor also under torch.inference_mode(): later calls write it in place
         with torch.inference_mode(False):
             shape = (B + len(raw_proxies), raw_proxies.shape[1])
             points = self._search_points = kept_buffer(self._search_points, shape, embeddings)
             points[:B] = embeddings
-            if self.normalize_proxies and type(self.distance).normalize is LpDistance.normalize:
+            if self.normalize_proxies and self.normalizes_in_fewer_passes(raw_proxies):
+                norms = normalized_rows_into(raw_proxies, 1e-12, points[B:])
+            elif self.normalize_proxies and type(self.distance).normalize is LpDistance.normalize:
                 # what proxy_points computes (PML's LpDistance.normalize), written into the cache
                 torch.nn.functional.normalize(raw_proxies, p=self.distance.p, dim=1, out=points[B:])
             else:
                 points[B:] = self.proxy_points(raw_proxies)
-        return points
+        return points, norms
 
     def candidate_pairs(self, points, num_embeddings, point_labels):
         """Unordered pairs (i < j) of ``points`` (the ``num_embeddings`` embeddings, then the

@@ -160,21 +160,60 @@ class NormalizedRows(torch.autograd.Function):
                 rows = x * scale if scale is not None else x
                 chain = torch.nn.functional.normalize(rows, p=2, dim=1, eps=ctx.eps)
             return torch.autograd.grad(chain, x, grad, create_graph=True)[0], None, None
-        # autograd's steps: the division's gradient w.r.t. its denominator,
-        # -grad * ((y / n) / n) summed over the row (y = x * scale, y / n = normalized) ...
-        temp = normalized / clamped
-        temp.mul_(grad)
-        grad_norm = torch.where(norm >= ctx.eps, -temp.sum(dim=1, keepdim=True), 0.0)
-        # ... the norm's, grad_norm * (y / ||y||), 0 on zero rows (y is 0 there: dividing
-        # by 1 gives the 0 the masked NaN becomes) ...
-        if scale is not None:
-            torch.mul(x, scale, out=temp)
-        else:
-            temp.copy_(x)
-        temp.div_(norm.masked_fill(norm == 0, 1.0)).mul_(grad_norm)
-        # ... added to the division's gradient w.r.t. its numerator, grad / n, times the scale
-        result = (grad / clamped).add_(temp)
-        return (result.mul_(scale) if scale is not None else result), None, None
+        return normalized_rows_backward(grad, x, scale, normalized, norm, clamped, ctx.eps), None, None
+
+
+def normalized_rows_backward(grad, x, scale, normalized, norm, clamped, eps):
+    """NormalizedRows' first derivative, from its saved tensors (``scale`` None: not scaled)."""
+    # autograd's steps: the division's gradient w.r.t. its denominator,
+    # -grad * ((y / n) / n) summed over the row (y = x * scale, y / n = normalized) ...
+    temp = normalized / clamped
+    temp.mul_(grad)
+    grad_norm = torch.where(norm >= eps, -temp.sum(dim=1, keepdim=True), 0.0)
+    # ... the norm's, grad_norm * (y / ||y||), 0 on zero rows (y is 0 there: dividing
+    # by 1 gives the 0 the masked NaN becomes) ...
+    if scale is not None:
+        torch.mul(x, scale, out=temp)
+    else:
+        temp.copy_(x)
+    temp.div_(norm.masked_fill(norm == 0, 1.0)).mul_(grad_norm)
+    # ... added to the division's gradient w.r.t. its numerator, grad / n, times the scale
+    result = (grad / clamped).add_(temp)
+    return result.mul_(scale) if scale is not None else result
+
+
+def normalized_rows_into(x, eps, out):
+    """torch's normalize of the rows of ``x`` (p = 2, ``eps``) written into ``out``, and the rows'
+    norms (keepdim): the values of NormalizedRows(x, eps, False), bit for bit."""
+    norm = x.norm(2, 1, True)
+    torch.div(x, norm.clamp_min(eps), out=out)
+    return norm
+
+
+class GatheredNormalizedRows(torch.autograd.Function):
+    """NormalizedRows(x[rows], eps, False) for distinct ``rows``, from ``normalized`` and ``norm``,
+    all of x's rows normalised and their norms (normalized_rows_into, without gradient): the same
+    values and gradient w.r.t. x, bit for bit. The forward gathers the normalised rows instead of
+    gathering and normalising x's, and the backward writes each row's gradient into x's shape
+    directly (autograd's gather backward adds it into zeros; for distinct rows the same values).
+    First derivatives only."""
+
+    @staticmethod
+    def forward(ctx, x, rows, normalized, norm, eps):
+        gathered, gathered_norm = normalized.index_select(0, rows), norm.index_select(0, rows)
+        ctx.save_for_backward(x, rows, gathered, gathered_norm)
+        ctx.eps = eps
+        return gathered
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        x, rows, normalized, norm = ctx.saved_tensors
+        clamped = norm.clamp_min(ctx.eps)
+        rows_grad = normalized_rows_backward(
+            grad, x.index_select(0, rows), None, normalized, norm, clamped, ctx.eps
+        )
+        return x.new_zeros(x.shape).index_copy_(0, rows, rows_grad), None, None, None, None
 
 
 def _row_scale(x):

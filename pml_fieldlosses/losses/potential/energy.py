@@ -80,30 +80,30 @@ def off_plateau_pair_counts(phi, same, potential):
 
 def scalable_energies(
     embeddings,
-    raw_proxies,
+    num_proxies,
     point_labels,
     *,
     potential,
     pairs,
     same,
-    proxy_points,
+    proxy_points_at,
     proxies_per_class,
     chunk_entries,
     gather_entries,
 ):
     """The same E_a as dense_energies, by the plateau decomposition: the plateau counts
     (plateau_energies) and the candidate pairs ``pairs`` (2, K) with their same-class mask
-    ``same``: a superset of the pairs off their plateau (pair_energies). ``raw_proxies``
-    (N M, D) are the learnable proxies, ``proxy_points`` maps rows of them to points (the
-    normalisation). The gradient goes through the proxies in some pair only: the others add
-    exact zeros, so the backward pass does not touch them."""
-    B, n = len(embeddings), len(raw_proxies)
+    ``same``: a superset of the pairs off their plateau (pair_energies). ``proxy_points_at``
+    maps indices of the ``num_proxies`` learnable proxies to their points (the normalisation),
+    with the gradient to the proxies. The gradient goes through the proxies in some pair only:
+    the others add exact zeros, so the backward pass does not touch them."""
+    B, n = len(embeddings), num_proxies
     # the pairs' points: all embeddings, and only the proxies in some pair (in order)
     # (every point marked, the embeddings' marks dropped: no boolean mask, no Python value
     # copied to the device, which a GPU would wait for)
     used = torch.zeros(B + n, dtype=torch.bool, device=pairs.device).index_fill_(0, pairs.flatten(), True)
     rows = used[B:].nonzero().squeeze(1)
-    points = torch.cat([embeddings, proxy_points(torch.nn.functional.embedding(rows, raw_proxies))])
+    points = torch.cat([embeddings, proxy_points_at(rows)])
     local = torch.empty_like(point_labels)
     local[:B] = torch.arange(B, device=local.device)
     local[B + rows] = torch.arange(B, len(points), device=local.device)
