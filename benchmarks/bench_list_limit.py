@@ -73,6 +73,7 @@ def loss_run(state, settings, args, factor, products):
     limit ``factor`` times the default and its searches' ``products`` (auto, float32 or
     bfloat16: the loss's bfloat16_search None, False or True)."""
     loss_fn = fresh_loss(settings, args)
+    loss_fn.all_pairs_entries = 0  # the neighbour list at any size: what this script times
     loss_fn.bfloat16_search = PRODUCTS[products]
     trunk = torch.nn.Linear(settings.input_size, settings.embedding_size)
     run = Run(loss_fn.to(args.device), trunk.to(args.device), settings)

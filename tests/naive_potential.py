@@ -167,10 +167,26 @@ def check_against_naive(loss_fn, naive, x, labels, proxies, dtype, normalize_pro
     assert_close(grad_p, expected_grad_p, dtype)
 
 
-def check_cases_match_naive(cases, case, pattern, dtype, normalized, dense):
+# the loss's ways to the energies: the dense sum over all pairs, and the scalable path with
+# each of its searches (all pairs in one product; the embeddings' pairs, the classes' and the
+# neighbour list apart), as (dense, all_pairs_entries)
+PATHS = {"dense": (True, 0), "all-pairs": (False, 2**62), "neighbour-list": (False, 0)}
+# the scalable path's searches alone, as all_pairs_entries
+SEARCHES = {"all pairs": 2**62, "neighbour list": 0}
+
+
+def on_path(build, path, *args, **kwargs):
+    """The loss ``build(*args, **kwargs)`` taking the path ``path`` (PATHS)."""
+    dense, all_pairs_entries = PATHS[path]
+    loss_fn = build(*args, dense=dense, **kwargs)
+    loss_fn.all_pairs_entries = all_pairs_entries
+    return loss_fn
+
+
+def check_cases_match_naive(cases, case, pattern, dtype, normalized, path):
     g = generator_for(case, pattern, dtype, normalized)
     build, naive = cases[case]
     labels = make_labels(pattern, g)
     x, proxies = random_inputs(len(labels), NUM_CLASSES, 2, dtype, g, normalized)
-    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, 2, dense=dense).to(dtype)
+    loss_fn = on_path(build, path, NUM_CLASSES, EMBEDDING_SIZE, 2).to(dtype)
     check_against_naive(loss_fn, naive, x, labels, proxies, dtype)

@@ -14,7 +14,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def test_potential_training_prints_a_ratio_per_stage_and_loss():
-    args = "--num-classes 40 300 --steps 60 --batch-size 32 --embedding-size 16 --input-size 16 --window 3 --threads 1"
+    args = "--num-classes 40 800 --steps 60 --batch-size 32 --embedding-size 16 --input-size 16 --window 3 --threads 1"
     out = subprocess.run(
         [sys.executable, str(BENCHMARKS / "bench_potential_training.py"), *args.split()],
         capture_output=True,
@@ -22,7 +22,7 @@ def test_potential_training_prints_a_ratio_per_stage_and_loss():
         timeout=300,
         check=True,
     ).stdout
-    for C in (40, 300):
+    for C in (40, 800):
         for name in ("PFML", "CPML"):
             # the table's line (each window's cell is also printed alone as it closes)
             (line,) = [
@@ -31,8 +31,9 @@ def test_potential_training_prints_a_ratio_per_stage_and_loss():
             ratios = re.findall(r"vs\s+[0-9]+ ms x\s*([0-9.]+)", line)
             assert len(ratios) == 3 and all(float(r) > 0 for r in ratios), line
             assert line.count("moves") == 3 and line.count("median") == 3, line
-    # N = 300 is past the dense path: the neighbour list is used and its skin printed
-    assert re.search(r"N=300\s+PFML\s+60 steps; last skin", out), out
+    # N = 800 is past the dense path and the search of all pairs: the neighbour list is used
+    # and its skin printed
+    assert re.search(r"N=800\s+PFML\s+60 steps; last skin", out), out
 
 
 def run_script(name, args):

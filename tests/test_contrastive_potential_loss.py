@@ -17,10 +17,14 @@ from .helpers import (
     assert_input_gradient_finite,
     generator_for,
 )
-from .naive_potential import CPML_CASES, check_against_naive, check_cases_match_naive, random_inputs
-
-
-PATHS = {"dense": True, "scalable": False}
+from .naive_potential import (
+    CPML_CASES,
+    PATHS,
+    check_against_naive,
+    check_cases_match_naive,
+    on_path,
+    random_inputs,
+)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -29,7 +33,7 @@ PATHS = {"dense": True, "scalable": False}
 @pytest.mark.parametrize("pattern", LABEL_PATTERNS)
 @pytest.mark.parametrize("case", CPML_CASES)
 def test_matches_naive(case, pattern, dtype, normalized, path):
-    check_cases_match_naive(CPML_CASES, case, pattern, dtype, normalized, PATHS[path])
+    check_cases_match_naive(CPML_CASES, case, pattern, dtype, normalized, path)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -41,7 +45,7 @@ def test_proxies_per_class_and_raw_proxies_match_naive(M, normalize_proxies, dty
     build, naive = CPML_CASES["delta0.6_rdelta1.2"]
     labels = [0, 0, 2, 2, 2, 5, 5, 1, 8]
     x, proxies = random_inputs(len(labels), NUM_CLASSES, M, dtype, g, proxy_scale=0.45)
-    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, M, normalize_proxies=normalize_proxies, dense=PATHS[path])
+    loss_fn = on_path(build, path, NUM_CLASSES, EMBEDDING_SIZE, M, normalize_proxies=normalize_proxies)
     check_against_naive(loss_fn.to(dtype), naive, x, labels, proxies, dtype, normalize_proxies)
 
 
@@ -60,7 +64,7 @@ def test_duplicated_points_are_finite_and_exact(dtype, path):
     proxies[0, 1] = proxies[0, 0]
     proxies[7, 0] = proxies[0, 0]
     proxies[1, 0] = x[0]
-    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, 2, dense=PATHS[path]).to(dtype)
+    loss_fn = on_path(build, path, NUM_CLASSES, EMBEDDING_SIZE, 2).to(dtype)
     check_against_naive(loss_fn, naive, x, labels, proxies, dtype)
 
 
@@ -100,7 +104,7 @@ def test_gradcheck_float64(case, path):
     labels = torch.tensor([0, 0, 2, 2, 5, 1])
     x, proxies = random_inputs(len(labels), 6, 2, torch.float64, g)
     x.requires_grad_()
-    loss_fn = CPML_CASES[case][0](6, EMBEDDING_SIZE, 2, dense=PATHS[path]).double()
+    loss_fn = on_path(CPML_CASES[case][0], path, 6, EMBEDDING_SIZE, 2).double()
     with torch.no_grad():
         loss_fn.proxies.copy_(proxies)
     assert torch.autograd.gradcheck(lambda x, p: loss_fn(x, labels), (x, loss_fn.proxies))

@@ -79,6 +79,7 @@ def test_a_neighbour_list_made_under_inference_mode_serves_training(loss_name):
     loss trained without them (the results do not depend on the list's history)."""
     torch.manual_seed(0)
     loss_fn = LOSSES[loss_name]()
+    loss_fn.all_pairs_entries = 0  # the neighbour list, not the search of all these few points' pairs
     reference = copy.deepcopy(loss_fn)
     optimizers = [torch.optim.Adam(m.parameters(), lr=0.2) for m in (loss_fn, reference)]
     with torch.inference_mode():

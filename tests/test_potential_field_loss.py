@@ -21,15 +21,15 @@ from .helpers import (
     generator_for,
 )
 from .naive_potential import (
+    PATHS,
     PFML_CASES,
+    SEARCHES,
     check_against_naive,
     check_cases_match_naive,
     naive_pfml,
+    on_path,
     random_inputs,
 )
-
-
-PATHS = {"dense": True, "scalable": False}
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -38,7 +38,7 @@ PATHS = {"dense": True, "scalable": False}
 @pytest.mark.parametrize("pattern", LABEL_PATTERNS)
 @pytest.mark.parametrize("case", PFML_CASES)
 def test_matches_naive(case, pattern, dtype, normalized, path):
-    check_cases_match_naive(PFML_CASES, case, pattern, dtype, normalized, PATHS[path])
+    check_cases_match_naive(PFML_CASES, case, pattern, dtype, normalized, path)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -51,29 +51,40 @@ def test_proxies_per_class_and_raw_proxies_match_naive(M, normalize_proxies, dty
     labels = [0, 0, 2, 2, 2, 5, 5, 1, 8]
     # raw proxies near the unit sphere, so that they interact with the embeddings
     x, proxies = random_inputs(len(labels), NUM_CLASSES, M, dtype, g, proxy_scale=0.45)
-    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, M, normalize_proxies=normalize_proxies, dense=PATHS[path])
+    loss_fn = on_path(build, path, NUM_CLASSES, EMBEDDING_SIZE, M, normalize_proxies=normalize_proxies)
     check_against_naive(loss_fn.to(dtype), naive, x, labels, proxies, dtype, normalize_proxies)
 
 
 def test_dense_path_is_chosen_for_small_point_sets_only():
     """dense=None: all pairs while (B + N M)^2 D <= dense_entries, else the
-    scalable path (the only one that touches the neighbour list); the same
-    value either way; True and False force a path; anything else is refused."""
+    scalable path, which searches all pairs in one product while (B + N M)^2 <=
+    all_pairs_entries and follows the neighbour list beyond; the same value every
+    way; True and False force a path; anything else is refused."""
     g = generator_for("path choice")
     labels = torch.tensor([0, 0, 2, 5, 5, 1])
     x, proxies = random_inputs(len(labels), NUM_CLASSES, 2, torch.float64, g)
     values = []
-    for dense, dense_entries in [(None, 2**20), (None, 10), (True, 10), (False, 2**20)]:
+    P = len(labels) + 2 * NUM_CLASSES
+    for dense, dense_entries, all_pairs_entries in [
+        (None, 2**20, 2**21),
+        (None, 10, 2**21),
+        (None, 10, P * P - 1),
+        (True, 10, 0),
+        (False, 2**20, 2**21),
+        (False, 2**20, 0),
+    ]:
         loss_fn = losses.PotentialFieldLoss(NUM_CLASSES, EMBEDDING_SIZE, delta=0.8, alpha=2.0, dense=dense)
-        loss_fn.dense_entries = dense_entries
+        loss_fn.dense_entries, loss_fn.all_pairs_entries = dense_entries, all_pairs_entries
         with torch.no_grad():
             loss_fn.double().proxies.copy_(proxies)
         values.append(loss_fn(x, labels))
-        P = len(labels) + 2 * NUM_CLASSES
         assert loss_fn.use_dense(P) == (
             dense if dense is not None else P * P * EMBEDDING_SIZE <= dense_entries
         )
-        assert (loss_fn.neighbor_list.stats.num_builds == 0) == loss_fn.use_dense(P)
+        assert loss_fn.searches_all_pairs(P) == (P * P <= all_pairs_entries)
+        follows_the_list = not loss_fn.use_dense(P) and not loss_fn.searches_all_pairs(P)
+        assert (loss_fn.neighbor_list.stats.num_builds > 0) == follows_the_list
+        assert (loss_fn.neighbor_list.state is not None) == follows_the_list
     assert losses.PotentialFieldLoss(3, 4).dense is None
     for value in values[1:]:
         assert_close(value, values[0], torch.float64)
@@ -98,7 +109,7 @@ def test_duplicated_points_are_finite_and_exact(dtype, path):
     proxies[0, 1] = proxies[0, 0]  # two proxies of class 0 coincide
     proxies[7, 0] = proxies[0, 0] * 0.5  # a proxy of class 7 on one of class 0
     proxies[1, 0] = x[0]  # a proxy of class 1 on an embedding of class 0
-    loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, 2, dense=PATHS[path]).to(dtype)
+    loss_fn = on_path(build, path, NUM_CLASSES, EMBEDDING_SIZE, 2).to(dtype)
     check_against_naive(loss_fn, naive, x, labels, proxies, dtype)
     loss = loss_fn(x.clone().requires_grad_(), torch.tensor(labels))
     assert torch.isfinite(loss)
@@ -170,19 +181,25 @@ def test_weight_regularizer_on_proxies():
     assert_close(regularized(x, labels), plain(x, labels) + penalty, torch.float64)
 
 
-def test_chunked_and_checkpointed_paths_match_naive():
+@pytest.mark.parametrize("search", SEARCHES)
+def test_chunked_and_checkpointed_paths_match_naive(search):
     """Tiny blocks: every block loop runs many times, the pair energies are
-    checkpointed, and the neighbour list is searched in many blocks."""
+    checkpointed, and the search of all pairs or the neighbour list runs in many
+    blocks."""
     g = generator_for("chunks")
     build, naive = PFML_CASES["delta0.6_alpha6_rdelta1.1"]
     labels = [0, 0, 2, 2, 2, 5, 5, 1, 8, 8, 3]
     x, proxies = random_inputs(len(labels), NUM_CLASSES, 3, torch.float64, g)
     loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, 3, dense=False).double()
+    loss_fn.all_pairs_entries = SEARCHES[search]
     loss_fn.chunk_entries = 2 * EMBEDDING_SIZE  # also the neighbour list's blocks
     loss_fn.neighbor_list.pair_cost = 1  # keep the list however dense
     check_against_naive(loss_fn, naive, x, labels, proxies, torch.float64)
-    assert loss_fn.neighbor_list.chunk_entries == 2 * EMBEDDING_SIZE
-    assert loss_fn.neighbor_list.state.pairs.shape[1] > 10
+    if search == "neighbour list":
+        assert loss_fn.neighbor_list.chunk_entries == 2 * EMBEDDING_SIZE
+        assert loss_fn.neighbor_list.state.pairs.shape[1] > 10
+    else:
+        assert loss_fn.neighbor_list.state is None
 
 
 def test_gather_blocks_are_chunk_sized_off_the_cpu():
@@ -197,17 +214,20 @@ def test_gather_blocks_are_chunk_sized_off_the_cpu():
     assert loss_fn.gather_block_entries(torch.device("cuda")) == 2**23
 
 
+@pytest.mark.parametrize("search", SEARCHES)
 @pytest.mark.parametrize("block", [EMBEDDING_SIZE, 2**30])
-def test_every_search_and_energy_block_takes_the_devices_block_size(block, monkeypatch):
+def test_every_search_and_energy_block_takes_the_devices_block_size(block, search, monkeypatch):
     """The loss passes gather_block_entries to every block loop (the energies, the embedding
-    and class searches, the neighbour list): tiny blocks and one whole block give the same
-    loss and gradients bit for bit, and the list keeps the size it was given."""
+    and class searches or the search of all pairs, the neighbour list): tiny blocks and one
+    whole block give the same loss and gradients bit for bit, and the list keeps the size it
+    was given."""
     g = generator_for("gather blocks")
     labels = [0, 0, 2, 2, 2, 5, 5, 1, 8, 8, 3]
     x, proxies = random_inputs(len(labels), NUM_CLASSES, 3, torch.float64, g)
     results = []
     for patched in [False, True]:
         loss_fn = losses.PotentialFieldLoss(NUM_CLASSES, EMBEDDING_SIZE, 3, delta=0.9, dense=False).double()
+        loss_fn.all_pairs_entries = SEARCHES[search]
         loss_fn.neighbor_list.pair_cost = 1  # keep the list however dense
         if patched:
             monkeypatch.setattr(loss_fn, "gather_block_entries", lambda device: block)
@@ -217,7 +237,8 @@ def test_every_search_and_energy_block_takes_the_devices_block_size(block, monke
         loss = loss_fn(inputs, torch.tensor(labels))
         loss.backward()
         results.append((loss, inputs.grad, loss_fn.proxies.grad))
-        assert loss_fn.neighbor_list.gather_entries == (block if patched else loss_fn.gather_entries)
+        if search == "neighbour list":
+            assert loss_fn.neighbor_list.gather_entries == (block if patched else loss_fn.gather_entries)
     for whole, blocked in zip(*results):
         assert torch.equal(whole, blocked)
 
@@ -229,7 +250,7 @@ def test_gradcheck_float64(case, path):
     labels = torch.tensor([0, 0, 2, 2, 5, 1])
     x, proxies = random_inputs(len(labels), 6, 2, torch.float64, g)
     x.requires_grad_()
-    loss_fn = PFML_CASES[case][0](6, EMBEDDING_SIZE, 2, dense=PATHS[path]).double()
+    loss_fn = on_path(PFML_CASES[case][0], path, 6, EMBEDDING_SIZE, 2).double()
     with torch.no_grad():
         loss_fn.proxies.copy_(proxies)
     assert torch.autograd.gradcheck(lambda x, p: loss_fn(x, labels), (x, loss_fn.proxies))

@@ -106,10 +106,12 @@ LOSS_KWARGS = {
 
 
 def scalable_loss(name, C, M, D, **kwargs):
-    """The loss with its scalable path forced (these point sets are small
-    enough for the automatic choice to take the dense path)."""
+    """The loss with its scalable path and its neighbour list forced (these point sets are
+    small enough for the automatic choices to take the dense path or the search of all
+    pairs)."""
     loss_class = losses.PotentialFieldLoss if name == "PFML" else losses.ContrastivePotentialLoss
     loss_fn = loss_class(C, D, proxies_per_class=M, dense=False, **{**LOSS_KWARGS[name], **kwargs}).double()
+    loss_fn.all_pairs_entries = 0
     with torch.no_grad():  # the same proxies whatever the global random state (test order)
         generator = torch.Generator().manual_seed(C * M * D)
         loss_fn.proxies.copy_(torch.randn(C, M, D, generator=generator, dtype=torch.float64))
@@ -203,6 +205,7 @@ def two_proxies(gap):
         normalize_proxies=False,
         dense=False,
     ).double()
+    loss_fn.all_pairs_entries = 0  # the neighbour list, not the search of all pairs
     loss_fn.neighbor_list.pair_cost = 1  # keep the list of this one pair
     loss_fn.neighbor_list.max_reanchored = 1.0  # re-anchor both rather than build
     with torch.no_grad():
@@ -551,6 +554,66 @@ def test_bfloat16_products_give_the_float32_searches_results_bit_for_bit(monkeyp
     assert any(choice is fast.neighbor_list.dense_choice for choice, *_ in observed)
     stats = fast.neighbor_list.stats
     assert stats.num_partial_rebuilds > 0 and stats.num_dense_steps > 0 and stats.num_builds >= 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_the_search_of_all_pairs_gives_the_lists_results_bit_for_bit(dtype, monkeypatch):
+    """Few points (all_pairs_entries) are searched in one product of all points with all
+    points, instead of the embeddings' search, the classes' and the neighbour list: another
+    superset of the pairs off their plateau, whose extra pairs add exact zeros. Along a
+    trajectory through spread-out and clustered proxies, with float32 and (float32 points)
+    bfloat16 products, the losses and gradients equal the list's bit for bit at every step,
+    and the dense path's; switching between the searches on one loss (the list forgotten,
+    built again when it is next followed) changes nothing either."""
+    monkeypatch.setattr(distances.Bfloat16Choice, "min_multiply_adds", 0)  # bfloat16 at any size
+    factor_rows = []  # (rows, points) of each bfloat16 factors' update
+    update = distances.Bfloat16Factors.update
+    monkeypatch.setattr(
+        distances.Bfloat16Factors,
+        "update",
+        lambda self, points, num_rows, *args: (
+            factor_rows.append((num_rows, len(points))) or update(self, points, num_rows, *args)
+        ),
+    )
+    g = torch.Generator().manual_seed(31)
+    C, M, D = 40, 2, 16
+    listed, whole, whole_bfloat16 = (scalable_loss("PFML", C, M, D).to(dtype) for _ in range(3))
+    for loss_fn in (listed, whole, whole_bfloat16):
+        loss_fn.bfloat16_search = loss_fn is whole_bfloat16
+        loss_fn.collect_stats = True
+    whole.all_pairs_entries = whole_bfloat16.all_pairs_entries = 2**62
+    x = torch.randn(24, D, generator=g, dtype=dtype)
+    labels = torch.randint(0, C, (24,), generator=g)
+    spread_out = torch.randn(C, M, D, generator=g, dtype=dtype)
+    clustered = torch.randn(D, generator=g, dtype=dtype) + 0.12 * torch.randn(
+        C, M, D, generator=g, dtype=dtype
+    )
+    n = C * M
+    for phase, switch in [(spread_out, False), (clustered, False), (spread_out, True)]:
+        if switch:  # the list's loss searches all pairs now, the other follows a list
+            listed.all_pairs_entries, whole.all_pairs_entries = 2**62, 0
+        drift = torch.zeros(C, M, D, dtype=dtype)
+        for _ in range(6):  # a fifth of the proxies drift at each step
+            moving = torch.rand(C, M, 1, generator=g) < 0.2
+            drift += 0.15 * torch.randn(C, M, D, generator=g, dtype=dtype) * moving
+            results = []
+            for loss_fn in (listed, whole, whole_bfloat16):
+                with torch.no_grad():
+                    loss_fn.proxies.copy_(phase + drift)
+                xg = x.clone().requires_grad_()
+                loss = loss_fn(xg, labels)
+                results.append([loss, *torch.autograd.grad(loss, [xg, loss_fn.proxies])])
+                searched_all = loss_fn.searches_all_pairs(len(x) + n)
+                assert (loss_fn.neighbor_list.state is None) == searched_all
+                if searched_all:
+                    assert loss_fn.num_searched_proxy_pairs == n * (n - 1) // 2
+                    assert loss_fn.num_reanchored_proxies == 0
+            for other in results[1:]:
+                assert all(torch.equal(a, b) for a, b in zip(results[0], other))
+            check_dense_reference(whole_bfloat16, x, labels, results[2][0], results[2][1:], dtype)
+    assert whole.neighbor_list.stats.num_builds >= 1  # it followed a list after the switch
+    # bfloat16 products of every point against every point (float32 points only)
+    assert ((len(x) + n, len(x) + n) in factor_rows) == (dtype == torch.float32)
 
 
 def test_the_choice_of_bfloat16_products_leaves_the_random_state_and_follows_the_setting():

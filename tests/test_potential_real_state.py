@@ -40,6 +40,7 @@ def replay(steps, adaptive_skin=True, bfloat16=False):
     C, M, D = proxies.shape
     n = C * M
     loss_fn = losses.PotentialFieldLoss(C, D, proxies_per_class=M, delta=CUTOFF, dense=False)
+    loss_fn.all_pairs_entries = 0  # the neighbour list, not the search of all pairs
     loss_fn.collect_stats = True
     loss_fn.bfloat16_search = bfloat16
     loss_fn.neighbor_list.adaptive_skin = adaptive_skin

@@ -48,9 +48,11 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         used for small point sets (P^2 D <= ``dense_entries``) or when ``dense=True``;
       * the scalable path, the plateau decomposition: attraction is constant within delta
         and repulsion beyond repulsion_delta, so the sum is plateau counts plus the pairs
-        off their plateau, found by searches without gradient (potential/candidates.py);
-        those of proxies of different classes by ``neighbor_list``, a Verlet list
-        (potential/neighbor_list.py; any potential.pair_search.PairSearch will do).
+        off their plateau, found by searches without gradient (potential/candidates.py):
+        for up to about 1 450 points (P^2 <= ``all_pairs_entries``) one product of all points
+        with all points; beyond, the embeddings' pairs by one product of the embeddings with
+        all points, and those of proxies of different classes by ``neighbor_list``, a Verlet
+        list (potential/neighbor_list.py; any potential.pair_search.PairSearch will do).
     Subclasses give ``attraction(sq)`` and ``repulsion(sq)`` as functions of sq = d^2
     (constant on the plateaus).
     """
@@ -65,6 +67,10 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
     gather_entries = 2**18
     # dense=None uses the dense path while P * P * D is at most this
     dense_entries = 2**20
+    # the scalable path searches all pairs of the P = B + N M points in one product (no
+    # neighbour list) while P * P is at most this: at B = 256, D = 512 up to about 600
+    # classes of 2 proxies, where it took 0.73-0.99x the list's step (docs/performance.md)
+    all_pairs_entries = 2**21
     # skin of the proxy neighbour list, in units of repulsion_delta
     neighbor_skin = 1.0
     # the searches' matrix products in bfloat16 for float32 points on a CPU, with their margin, the
@@ -296,21 +302,25 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
     def candidate_pairs(self, points, num_embeddings, point_labels):
         """Unordered pairs (i < j) of ``points`` (the ``num_embeddings`` embeddings, then the
         proxies) that may be off their plateau, in a canonical order: a (2, K) index tensor and
-        a bool mask of the same-class pairs."""
+        a bool mask of the same-class pairs. Few points (``searches_all_pairs``): one search of
+        all pairs; else the embeddings' pairs, the pairs of proxies of one class and those of
+        different classes (``neighbor_list``) apart."""
         B = num_embeddings
+        all_pairs = self.searches_all_pairs(len(points))
+        num_rows = len(points) if all_pairs else B
         proxies = points[B:]
         gather_entries = self.gather_block_entries(points.device)
         search = self.neighbor_list
         search.bfloat16 = self.use_bfloat16_search(points)
         factors = proxy_factors = None
         pair_cost = NeighborList.default_pair_cost(points.shape[1])
-        if search.bfloat16 and self._bfloat16_choice.use(pair_cost, B * points.numel()):
+        if search.bfloat16 and self._bfloat16_choice.use(pair_cost, num_rows * points.numel()):
             # every point a row too when the search's next update would take the proxies' factors
-            num_rows = len(points) if search.wants_factors() else B
+            factor_rows = len(points) if all_pairs or search.wants_factors() else B
             # kept like search_points (ordinary tensors also under torch.inference_mode())
             with torch.inference_mode(False):
-                factors = self._bfloat16_factors.update(points, num_rows, gather_entries)
-            if num_rows == len(points):
+                factors = self._bfloat16_factors.update(points, factor_rows, gather_entries)
+            if factor_rows == len(points) and not all_pairs:
                 proxy_factors = factors.tail(B)
         pairs, undecided = embedding_candidates(
             points,
@@ -322,9 +332,17 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
             self.chunk_entries,
             factors,
             gather_entries,
+            num_rows,
         )
         if factors is not None:
-            self._bfloat16_choice.observe(undecided, B * len(points))
+            self._bfloat16_choice.observe(undecided, num_rows * len(points))
+        if all_pairs:
+            if search.state is not None:
+                search.reset()  # (not followed meanwhile: it builds when next used)
+            search.stats.start_update()
+            n = len(proxies)
+            search.stats.last_searched, search.stats.last_evaluated = n * (n - 1) // 2, undecided
+            return canonical_order(torch.cat(pairs, dim=1), point_labels)
         # proxies of one class that may be farther apart than delta
         pairs.append(class_pairs(proxies, self.proxies_per_class, self.delta, gather_entries) + B)
         # proxies of different classes within repulsion_delta (by their coordinates)
@@ -334,6 +352,11 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
             search.update(proxies, self.proxies_per_class, self.repulsion_delta, skin, proxy_factors) + B
         )
         return canonical_order(torch.cat(pairs, dim=1), point_labels)
+
+    def searches_all_pairs(self, num_points):
+        """Whether ``candidate_pairs`` searches all pairs of ``num_points`` points in one product:
+        while their number squared is at most ``all_pairs_entries``."""
+        return num_points**2 <= self.all_pairs_entries
 
     def use_bfloat16_search(self, points):
         """Whether the searches multiply in bfloat16 (``bfloat16_search``), for these points: float32

@@ -2,11 +2,10 @@
 a superset, with a margin for the rounding of the matrix products. See docs/derivations.md,
 "The potential energy and its plateau decomposition" (the candidates, by kind of pair) and
 "The pair search and the neighbour list's certificates" (Rounding margins). The pairs of two
-proxies of different classes come from a pair search (pair_search.py, neighbor_list.py).
+proxies of different classes come from a pair search (pair_search.py, neighbor_list.py), or,
+for few points, from one search of all pairs here (embedding_candidates with every point a row).
 
 Points are numbered as in energy.py: the B embeddings, then the N M proxies, class-major."""
-
-import math
 
 import torch
 
@@ -29,6 +28,7 @@ def embedding_candidates(
     chunk_entries,
     factors=None,
     gather_entries=2**18,
+    num_rows=None,
 ):
     """The candidate pairs (i < j) with an embedding in them, as a list of (2, K) index tensors
     (one per block of rows, each in the canonical order), and how many entries bfloat16
@@ -47,8 +47,14 @@ def embedding_candidates(
     a product several times faster on CPUs with bfloat16 instructions, whose bounds are a few
     thousandths apart in squared distance near the thresholds: the pairs they leave
     undecided are evaluated from their float32 coordinates (``gather_entries`` coordinates at a
-    time), so the candidates are the same as with a float32 product."""
+    time), so the candidates are the same as with a float32 product.
+
+    ``num_rows``: the candidate pairs whose first point is among the first ``num_rows``
+    points (default: the embeddings); all points: every candidate pair, proxies of one class
+    and of different classes too, in one product of all points with all points (``factors``
+    then with every point a row)."""
     B = num_embeddings
+    num_rows = B if num_rows is None else num_rows
     norms = torch.linalg.vector_norm(points, dim=1)
     max_norm = norms.max().item()
     slack = rounding_slack(max_norm, points.shape[1], points.dtype)
@@ -62,22 +68,20 @@ def embedding_candidates(
     sq_norms = norms.square()
     step = max(1, chunk_entries // len(points))
     pairs, undecided = [], 0
-    for start in range(0, B, step):
-        stop = min(start + step, B)
+    for start in range(0, num_rows, step):
+        stop = min(start + step, num_rows)
         if factors is None:
             sq = sq_distance_block(points[start:stop], sq_norms[start:stop], points, sq_norms)
         else:
             sq = factors.lower_bounds(start, stop, 0, scale, shift)
         row_same, col_same = same_class_entries(point_labels, B, proxies_per_class, start, stop)
         sq_same = sq[row_same, col_same]
-        # the entries that are not pairs i < j of different classes: the row's own class and
-        # the embeddings up to the row's own (every proxy comes after every embedding), masked
-        # so that the rows with no pair below the threshold are skipped (entries_below)
-        sq.index_put_((row_same, col_same), sq.new_full((), math.inf))  # (no Python value copied to a GPU)
-        embeddings, rows = torch.arange(B, device=sq.device), torch.arange(start, stop, device=sq.device)
-        sq[:, :B].masked_fill_(embeddings <= rows.unsqueeze(1), math.inf)
-        # pairs of different classes that may be within repulsion_delta
+        # pairs of different classes that may be within repulsion_delta: the entries below it
+        # that are pairs i < j of different classes (not the row's own point or those before it,
+        # nor its own class: tested on those entries alone, not masked out of the whole block)
         row, col = entries_below(sq, rep_threshold + low_slack)
+        pair = (col > row + start) & (point_labels[col] != point_labels[row + start])
+        row, col = row[pair], col[pair]
         near, near_undecided = decide(
             points, start, row, col, sq[row, col], low_slack, lambda sq: sq < rep_threshold, gather_entries
         )
@@ -120,17 +124,23 @@ def decide(points, start, row, col, sq, low_slack, is_candidate, gather_entries)
 
 
 def same_class_entries(point_labels, num_embeddings, proxies_per_class, start, stop):
-    """The entries (row, col) of the block of embeddings ``start:stop`` (rows from 0) against
+    """The entries (row, col) of the block of points ``start:stop`` (rows from 0) against
     all points that are pairs (i < j) of one class: later embeddings of the row's class, and
-    its class's proxies (the ``proxies_per_class`` columns from B + M label: the proxies are
-    class-major, M of each class)."""
+    its class's later proxies (of the ``proxies_per_class`` columns from B + M label: the
+    proxies are class-major, M of each class; all of them for an embedding's row)."""
     B, M = num_embeddings, proxies_per_class
     labels = point_labels[start:stop]
-    rows = torch.arange(start, stop, device=labels.device)
+    # (rows of embeddings only: a proxy comes after every embedding)
+    rows = torch.arange(start, max(start, min(stop, B)), device=labels.device)
     later = torch.arange(B, device=labels.device) > rows.unsqueeze(1)
-    row_embedded, col_embedded = ((labels.unsqueeze(1) == point_labels[:B]) & later).nonzero().unbind(1)
+    row_embedded, col_embedded = (
+        ((labels[: len(rows)].unsqueeze(1) == point_labels[:B]) & later).nonzero().unbind(1)
+    )
     row_proxy = torch.arange(stop - start, device=labels.device).repeat_interleave(M)
     col_proxy = (labels.unsqueeze(1) * M + B + torch.arange(M, device=labels.device)).view(-1)
+    if stop > B:  # proxies among the rows: their class's earlier proxies and themselves are not pairs
+        later = col_proxy > row_proxy + start
+        row_proxy, col_proxy = row_proxy[later], col_proxy[later]
     return torch.cat([row_embedded, row_proxy]), torch.cat([col_embedded, col_proxy])
 
 
