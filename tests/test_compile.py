@@ -6,8 +6,9 @@ generated kernel (inductor's C++ on CPU) fails the test instead of killing pytes
 run compiles our losses on a plain embedder with the aot_eager backend (the traced graphs,
 autograd included, without code generation) and the mean-field class-wise MultiSimilarity
 loss, which inductor once miscompiled, with inductor; ``-m slow`` compiles every case,
-the DRML head and the potential losses' scalable path included, with both backends (about
-10 minutes on 2 busy cores, most of it inductor's C++ compiles).
+the DRML head and the potential losses' scalable path (its search of all pairs and its
+neighbour list) included, with both backends (about 10 minutes on 2 busy cores, most of it
+inductor's C++ compiles).
 Inputs are float64, so that compiled and eager agree to rounding (a wrong gradient row is
 not lost in float32 noise), and also float32 with inductor; the batch leaves a class absent
 and has several samples per class.
@@ -39,8 +40,13 @@ CASES = {
     "PFML-scalable": ("PFML", {"dense": False}),
     "CPML-dense": ("CPML", {"dense": True}),
     "CPML-scalable": ("CPML", {"dense": False}),
+    "PFML-list": ("PFML", {"dense": False}),
+    "CPML-list": ("CPML", {"dense": False}),
     "DRML-ProxyAnchor": ("DRML-ProxyAnchor", {}),
 }
+# attributes set on a case's loss: the scalable path's neighbour list, which these few points
+# would not use (they are searched all at once)
+ATTRIBUTES = {"PFML-list": {"all_pairs_entries": 0}, "CPML-list": {"all_pairs_entries": 0}}
 
 
 # the cases of the default run's aot_eager test (the others: -m slow)
@@ -54,6 +60,8 @@ def build(case, dtype):
     entry = catalog.get_entry(name)
     torch.manual_seed(0)
     loss = catalog.published(name, **options)(C, D).to(dtype)
+    for attribute, value in ATTRIBUTES.get(case, {}).items():
+        setattr(loss, attribute, value)
     embedder = entry.embedder(IN_FEATURES, D).to(dtype) if entry.embedder else None
     return embedder, loss
 
