@@ -349,9 +349,12 @@ class Bfloat16Factors:
     def lower_bounds(self, row_start, row_stop, column_start, scale, shift):
         """The lower bounds (``bounds``) of the squared distances of rows row_start:row_stop
         against the columns from ``column_start``, in float32: one bfloat16 product, scaled and
-        shifted in float32."""
+        shifted in float32. The rows are padded (padded_rows) but when they are every point at
+        once (the search of all pairs), whose shape stays that of the run."""
         num_rows = row_stop - row_start
-        padded = min(padded_rows(num_rows), len(self._row_buffer) - row_start)
+        # (every point a row at once, the search of all pairs: one shape for the whole run)
+        whole = num_rows == len(self.columns)
+        padded = num_rows if whole else min(padded_rows(num_rows), len(self._row_buffer) - row_start)
         rows = self._row_buffer[row_start : row_start + padded]
         product = torch.mm(rows, self.columns[column_start:].T)[:num_rows]
         # in float32 first: an operation on bfloat16 and float32 tensors together takes a slow
