@@ -38,10 +38,10 @@ backward of the loss (neighbour list maintenance included), ProxyAnchorLoss's
 on the same batches and the ratio, how the proxy pairs were found at those
 steps (``list``: a kept Verlet list was followed; ``dense``: a dense blocked
 search at the cutoff; ``build``: a search of all pairs that (re)built the
-list; ``all``: every pair at once, by the loss's dense path or its search of all pairs, for
-point sets this small), the
-proxy-pair work per step as a fraction of one dense search of all pairs
-(entries searched plus pair_cost per pair evaluated from coordinates), the
+list; ``all``: every pair at once, by the loss's dense path or its search of
+all pairs, for point sets this small), the proxy-pair work per step as a
+fraction of one dense search of all pairs (entries searched plus pair_cost per
+pair evaluated from coordinates), the
 median pairwise distance of the normalised proxies, the median and 90th
 percentile of the proxies' displacement per step, the window's first step,
 and the process's peak memory (resident set; the

@@ -172,7 +172,7 @@ def check_against_naive(loss_fn, naive, x, labels, proxies, dtype, normalize_pro
 # neighbour list apart), as (dense, all_pairs_entries)
 PATHS = {"dense": (True, 0), "all-pairs": (False, 2**62), "neighbour-list": (False, 0)}
 # the scalable path's searches alone, as all_pairs_entries
-SEARCHES = {"all pairs": 2**62, "neighbour list": 0}
+SEARCHES = {path: entries for path, (dense, entries) in PATHS.items() if not dense}
 
 
 def on_path(build, path, *args, **kwargs):

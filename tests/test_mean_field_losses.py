@@ -14,8 +14,8 @@ from pml_fieldlosses import losses
 from pml_fieldlosses.utils.loss_utils import (
     GatheredNormalizedRows,
     NormalizedRows,
-    normalized_rows_into,
     scale_rows_for_normalize,
+    unit_rows,
 )
 
 from .helpers import (
@@ -300,7 +300,7 @@ def test_gathered_normalization_equals_autograds_chain_on_the_rows_bit_for_bit(d
     upstream = torch.randn(len(rows), x.shape[1], generator=g, dtype=torch.float64).to(dtype).to(DEVICE)
     with torch.no_grad():
         normalized = torch.empty_like(x)
-        norm = normalized_rows_into(x, 1e-12, normalized)
+        _, norm = unit_rows(x, 1e-12, out=normalized)
         assert torch.equal(normalized, plain_normalize(x))
     gathered = GatheredNormalizedRows.apply(x, rows, normalized, norm, 1e-12)
     (gathered_grad,) = torch.autograd.grad(gathered, x, upstream)

@@ -195,7 +195,7 @@ def test_chunked_and_checkpointed_paths_match_naive(search):
     loss_fn.chunk_entries = 2 * EMBEDDING_SIZE  # also the neighbour list's blocks
     loss_fn.neighbor_list.pair_cost = 1  # keep the list however dense
     check_against_naive(loss_fn, naive, x, labels, proxies, torch.float64)
-    if search == "neighbour list":
+    if search == "neighbour-list":
         assert loss_fn.neighbor_list.chunk_entries == 2 * EMBEDDING_SIZE
         assert loss_fn.neighbor_list.state.pairs.shape[1] > 10
     else:
@@ -237,7 +237,7 @@ def test_every_search_and_energy_block_takes_the_devices_block_size(block, searc
         loss = loss_fn(inputs, torch.tensor(labels))
         loss.backward()
         results.append((loss, inputs.grad, loss_fn.proxies.grad))
-        if search == "neighbour list":
+        if search == "neighbour-list":
             assert loss_fn.neighbor_list.gather_entries == (block if patched else loss_fn.gather_entries)
     for whole, blocked in zip(*results):
         assert torch.equal(whole, blocked)

@@ -5,7 +5,7 @@ from pytorch_metric_learning.reducers import SumReducer
 from pytorch_metric_learning.utils import common_functions as c_f
 
 from ..utils import checks
-from ..utils.loss_utils import GatheredNormalizedRows, NormalizedRows, normalized_rows_into
+from ..utils.loss_utils import GatheredNormalizedRows, NormalizedRows, unit_rows
 from .mixins import CheckedForwardMixin
 from .potential.candidates import canonical_order, class_pairs, embedding_candidates
 from .potential.distances import (
@@ -291,7 +291,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
             points = self._search_points = kept_buffer(self._search_points, shape, embeddings)
             points[:B] = embeddings
             if self.normalize_proxies and self.normalizes_in_fewer_passes(raw_proxies):
-                norms = normalized_rows_into(raw_proxies, 1e-12, points[B:])
+                _, norms = unit_rows(raw_proxies, 1e-12, out=points[B:])
             elif self.normalize_proxies and type(self.distance).normalize is LpDistance.normalize:
                 # what proxy_points computes (PML's LpDistance.normalize), written into the cache
                 torch.nn.functional.normalize(raw_proxies, p=self.distance.p, dim=1, out=points[B:])

@@ -94,10 +94,11 @@ def scale_rows_for_normalize(x):
     return x * _row_scale(x)
 
 
-def unit_rows(x, eps):
-    """x / max(||x||, eps) over the last dimension (torch's normalize) and the norms (keepdim)."""
+def unit_rows(x, eps, out=None):
+    """x / max(||x||, eps) over the last dimension (torch's normalize, bit for bit) and the
+    norms (keepdim); the unit rows written into ``out`` if given."""
     norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-    return x / norms.clamp_min(eps), norms
+    return torch.div(x, norms.clamp_min(eps), out=out), norms
 
 
 def unit_rows_backward(grad, unit, norms, eps):
@@ -182,17 +183,9 @@ def normalized_rows_backward(grad, x, scale, normalized, norm, clamped, eps):
     return result.mul_(scale) if scale is not None else result
 
 
-def normalized_rows_into(x, eps, out):
-    """torch's normalize of the rows of ``x`` (p = 2, ``eps``) written into ``out``, and the rows'
-    norms (keepdim): the values of NormalizedRows(x, eps, False), bit for bit."""
-    norm = x.norm(2, 1, True)
-    torch.div(x, norm.clamp_min(eps), out=out)
-    return norm
-
-
 class GatheredNormalizedRows(torch.autograd.Function):
     """NormalizedRows(x[rows], eps, False) for distinct ``rows``, from ``normalized`` and ``norm``,
-    all of x's rows normalised and their norms (normalized_rows_into, without gradient): the same
+    all of x's rows normalised and their norms (unit_rows, without gradient): the same
     values and gradient w.r.t. x, bit for bit. The forward gathers the normalised rows instead of
     gathering and normalising x's, and the backward writes each row's gradient into x's shape
     directly (autograd's gather backward adds it into zeros; for distinct rows the same values).
