@@ -6,10 +6,10 @@ import io
 import pytest
 import torch
 from pytorch_metric_learning import losses as pml_losses
-from pytorch_metric_learning import miners, testers
+from pytorch_metric_learning import miners, reducers, regularizers, testers
 from pytorch_metric_learning.losses import BaseMetricLossFunction
 
-from pml_fieldlosses.losses import MeanFieldContrastiveLoss
+from pml_fieldlosses.losses import MeanFieldContrastiveLoss, relational_loss
 from pml_fieldlosses.losses.relational_loss import RelationalLoss
 from pml_fieldlosses.models import RelationalEmbedder, branch_outputs_of
 
@@ -561,3 +561,57 @@ def test_labels_of_every_integer_dtype(case, label_dtype):
     torch.manual_seed(0)
     loss = RelationalLoss(**LOSS_CASES[case]())(embedder(features), labels.to(label_dtype))
     torch.testing.assert_close(loss, expected)
+
+
+class CountingReducer(reducers.MeanReducer):
+    """A MeanReducer subclass: RelationalLoss must call it (no shortcut for reducers it does not know)."""
+
+    calls = 0
+
+    def forward(self, *args, **kwargs):
+        CountingReducer.calls += 1
+        return super().forward(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "reducer", ["default", "MeanReducer", "collect_stats", "subclass", "AvgNonZeroReducer", "regularizer"]
+)
+def test_the_sum_of_the_terms_is_the_reducers_bit_for_bit(reducer, monkeypatch):
+    """With PML's default reducer for the three terms, RelationalLoss sums them without calling
+    it: the value and every gradient must be bit for bit those of the reducer's call, and any
+    other reducer (or a term it must reduce itself) must still be called."""
+    kwargs = {
+        "default": {},
+        "MeanReducer": {"reducer": reducers.MeanReducer()},
+        "collect_stats": {"reducer": reducers.MeanReducer(collect_stats=True)},
+        "subclass": {"reducer": CountingReducer()},
+        "AvgNonZeroReducer": {"reducer": reducers.AvgNonZeroReducer()},
+        "regularizer": {"embedding_regularizer": regularizers.LpRegularizer()},
+    }[reducer]
+    reduced = []
+    forward = reducers.MultipleReducers.forward
+    monkeypatch.setattr(reducers.MultipleReducers, "forward", lambda *a: reduced.append(1) or forward(*a))
+    results = []
+    for shortcut in (True, False):
+        if not shortcut:  # the reducer called as PML calls it
+            monkeypatch.setattr(relational_loss, "reduce_terms", lambda r, terms, x, y: r(terms, x, y))
+        embedder = make_embedder(torch.float64)
+        loss_fn = RelationalLoss(**LOSS_CASES["ProxyAnchor"](), **kwargs).double()
+        generator = torch.Generator().manual_seed(1)
+        features = torch.randn(len(LABELS), IN_FEATURES, dtype=torch.float64, generator=generator)
+        calls = CountingReducer.calls
+        loss = loss_fn(embedder(features), torch.tensor(LABELS))
+        if reducer == "subclass":
+            assert CountingReducer.calls > calls
+        # the shortcut is taken for PML's default reducers only (an embedding regularizer's
+        # term comes already reduced, by the regularizer's own reducer)
+        assert bool(reduced) == (not shortcut or reducer not in ("default", "MeanReducer", "regularizer"))
+        reduced.clear()
+        if reducer == "collect_stats":
+            assert loss_fn.reducer.reducers["branch_loss"].losses_size == 1
+        params = [*embedder.parameters(), *loss_fn.parameters()]
+        results.append((loss.detach(), torch.autograd.grad(loss, params, allow_unused=True)))
+    (value, grads), (expected_value, expected_grads) = results
+    assert torch.equal(value, expected_value)
+    for got, expected in zip(grads, expected_grads):
+        assert (got is None and expected is None) or torch.equal(got, expected)

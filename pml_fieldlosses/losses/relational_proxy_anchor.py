@@ -176,13 +176,18 @@ class ProxyAnchorGroups(torch.autograd.Function):
         # alpha and margin: numbers, or one per group, then one per row (a column of factors)
         row_alpha, row_margin = alpha, margin
         if torch.is_tensor(alpha):
-            row_alpha, row_margin = alpha[group].unsqueeze(1), margin[group].unsqueeze(1)
+            row_alpha, row_margin = (
+                alpha.index_select(0, group).unsqueeze(1),
+                margin.index_select(0, group).unsqueeze(1),
+            )
         # the negatives: per group and column, the shifted log(1 + sum of exp) over the group's
         # rows of another label (PML's logsumexp with add_one), the shift at least 0 (the "+ 1")
         values = row_alpha * (cos + row_margin)
         without_positives = values.detach().index_put((rows, labels), values.new_tensor(-math.inf))
         shift = grouped_max(without_positives, group, G)
-        neg_exp = torch.exp(values - shift[group]).index_put_((rows, labels), values.new_zeros(()))
+        neg_exp = torch.exp(values - shift.index_select(0, group)).index_put_(
+            (rows, labels), values.new_zeros(())
+        )
         neg_denominator = torch.exp(-shift) + values.new_zeros(G, C).index_add_(0, group, neg_exp)
         neg_term = shift + torch.log(neg_denominator)
         # the positives: per group and label, the shifted log(1 + sum of exp) of its rows' values
@@ -205,8 +210,10 @@ class ProxyAnchorGroups(torch.autograd.Function):
         C = neg_exp.shape[1]
         scale = grad * ctx.alpha  # per group
         # neg_exp is 0 on the positives
-        grad_cos = neg_exp * (scale.unsqueeze(1) / C / neg_denominator)[group]
+        grad_cos = neg_exp * (scale.unsqueeze(1) / C / neg_denominator).index_select(0, group)
         positive = group * C + labels
-        pos_weight = (scale / present)[group] * pos_exp / pos_denominator[positive]
+        pos_weight = (
+            (scale / present).index_select(0, group) * pos_exp / pos_denominator.index_select(0, positive)
+        )
         grad_cos[torch.arange(len(labels), device=labels.device), labels] = -pos_weight
         return grad_cos, None, None, None, None, None

@@ -16,7 +16,7 @@ def grouped_exps(values, groups, num_groups):
     """grouped_exp_sums, also returning each row's exponential: (shift, exps, sums) with
     exps = exp(values - shift[groups]), shaped like values (for a backward that reuses them)."""
     shift = grouped_max(values, groups, num_groups)
-    exps = torch.exp(values - shift[groups])
+    exps = torch.exp(values - shift.index_select(0, groups))
     return shift, exps, values.new_zeros(shift.shape).index_add(0, groups, exps)
 
 
