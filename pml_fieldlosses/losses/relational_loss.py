@@ -362,16 +362,16 @@ def reduce_terms(reducer, loss_dict, embeddings, labels):
     embeddings' dtype already reduced, that is the sum of the terms, written into a zero tensor
     term by term and summed; here stacked and summed: the same value and gradients, bit for bit,
     without the dozen autograd steps of the copies into the zeros."""
-    modules = [reducer]
-    if type(reducer) is MultipleReducers:
-        modules += [
-            reducer.reducers[name] if name in reducer.reducers else reducer.default_reducer
-            for name in loss_dict
-        ]
+    if type(reducer) is not MultipleReducers:
+        return reducer(loss_dict, embeddings, labels)
+    term_reducers = [
+        reducer.reducers[name] if name in reducer.reducers else reducer.default_reducer for name in loss_dict
+    ]
     plain_sum = (
-        type(reducer) is MultipleReducers
-        and all(type(module) is MeanReducer for module in modules[1:])
-        and not any(m.collect_stats or m._forward_hooks or m._forward_pre_hooks for m in modules)
+        all(type(module) is MeanReducer for module in term_reducers)
+        and not any(
+            m.collect_stats or m._forward_hooks or m._forward_pre_hooks for m in [reducer, *term_reducers]
+        )
         and all(
             term["reduction_type"] == "already_reduced"
             and torch.is_tensor(term["losses"])
