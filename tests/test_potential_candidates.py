@@ -217,6 +217,45 @@ def test_bfloat16_factors_rows_start_on_cache_lines_and_bound_the_distances(dim)
         assert (lower <= exact).all() and (exact[lower < near] <= lower[lower < near] + width).all()
 
 
+def assert_same_factors(factors, expected):
+    """Two Bfloat16Factors with the same rows, columns and bounds, bit for bit."""
+    assert torch.equal(factors.rows, expected.rows) and torch.equal(factors.columns, expected.columns)
+    assert (factors.radius, factors.error) == (expected.radius, expected.error)
+
+
+@pytest.mark.parametrize("dim", [1, 28, 512])
+def test_bfloat16_factors_rounded_again_in_part_and_gathered_equal_fresh_ones(dim):
+    """Bfloat16Factors.update_rows (only some points changed, one of them to the largest norm
+    or residual, or all of them, or none) and gathered (the columns in another order, its
+    first rows as rows): the same rows, columns, radius and error, bit for bit, as the
+    factors of the points in that order made from scratch (as the neighbour list keeps the
+    factors of its reference positions and gathers them for each re-anchoring's search)."""
+    g = torch.Generator().manual_seed(dim)
+    n = 150
+    points = torch.nn.functional.normalize(torch.randn(n, dim, generator=g), dim=1)
+    kept, search = Bfloat16Factors().update(points, 0, 2**10), Bfloat16Factors()
+    for changed in [
+        torch.tensor([3, 140, 7]),
+        torch.arange(n),
+        torch.tensor([], dtype=torch.long),
+        torch.arange(0, n, 2),
+    ]:
+        points = points.clone()
+        points[changed] = (
+            torch.randn(len(changed), dim, generator=g) * torch.rand(len(changed), 1, generator=g) * 3
+        )
+        kept.update_rows(points, changed, 2**10)
+        assert_same_factors(kept, Bfloat16Factors().update(points, 0, 2**10))
+        for num_rows in [1, 40, n]:
+            order = torch.randperm(n, generator=g)
+            search.gathered(kept, order, num_rows)
+            assert_same_factors(search, Bfloat16Factors().update(points[order], num_rows, 2**10))
+            scale, shift, _ = search.bounds(0.3)
+            lower = search.lower_bounds(0, num_rows, 0, scale, shift).double()
+            exact = points[order[:num_rows]].double().unsqueeze(1) - points[order].double().unsqueeze(0)
+            assert (lower <= exact.pow(2).sum(dim=2)).all()
+
+
 @pytest.mark.parametrize("share", [0.0, 1e-4, 0.01, 0.5, 1.0])
 @pytest.mark.parametrize("nan_every", [7, 997])
 def test_entries_below_equal_nonzero(share, nan_every):

@@ -72,6 +72,43 @@ def test_list_holds_every_close_pair_and_valid_clearances(
     assert neighbors.stats.num_builds == 1 and neighbors.stats.num_partial_rebuilds > 5 and due > 0
 
 
+def test_the_kept_terms_of_the_reference_positions_equal_fresh_ones(monkeypatch):
+    """The norms and Bfloat16Factors of the reference positions kept between updates (computed
+    again only for the re-anchored points) equal, bit for bit, those computed from scratch at
+    every search: the factors gathered for each search against those of the reference
+    positions in its order, the norms against all positions' norms after every update;
+    through builds, re-anchorings, bfloat16 products turned off and on again, and a reset."""
+    monkeypatch.setattr(distances.Bfloat16Choice, "min_multiply_adds", 0)  # bfloat16 at any size
+    gathered, checked = distances.Bfloat16Factors.gathered, []
+
+    def checked_gathered(factors, kept, order, num_rows):
+        factors = gathered(factors, kept, order, num_rows)
+        expected = distances.Bfloat16Factors().update(neighbors.state.reference[order], num_rows, 2**10)
+        assert torch.equal(factors.rows, expected.rows) and torch.equal(factors.columns, expected.columns)
+        assert (factors.radius, factors.error) == (expected.radius, expected.error)
+        checked.append(num_rows)
+        return factors
+
+    monkeypatch.setattr(distances.Bfloat16Factors, "gathered", checked_gathered)
+    g = torch.Generator().manual_seed(4)
+    n, dim = 200, 8
+    points = torch.nn.functional.normalize(torch.randn(n, dim, generator=g), dim=1)
+    neighbors = NeighborList(chunk_entries=997, pair_cost=1, bfloat16=True)
+    for step in range(40):
+        neighbors.bfloat16 = not 10 <= step < 15
+        if step == 25:
+            neighbors.reset()
+        neighbors.update(points, 2, 0.3, 0.2)
+        reference = neighbors.state.reference
+        assert torch.equal(neighbors._reference_norms, torch.linalg.vector_norm(reference, dim=1))
+        moving = torch.rand(n, 1, generator=g) < 0.3
+        points = torch.nn.functional.normalize(
+            points + 0.05 * torch.randn(n, dim, generator=g) * moving, dim=1
+        )
+    assert neighbors.stats.num_builds == 2 and neighbors.stats.num_partial_rebuilds > 20
+    assert len(checked) > 20 and min(checked) < n
+
+
 def training_run(loss_fn, steps, proxy_lr, generator, check=True):
     """Adam on an embedding table and on the proxies; the loss and all
     gradients are compared with the loss's dense path at every step (float64)."""
@@ -510,14 +547,14 @@ def test_bfloat16_products_give_the_float32_searches_results_bit_for_bit(monkeyp
     monkeypatch.setattr(
         distances.Bfloat16Choice, "use", lambda self, *a: use(self, *a) and (used.append(self) or True)
     )
-    factors_of = neighbor_list.NeighborList.bfloat16_factors
+    pays = neighbor_list.NeighborList.bfloat16_pays
 
-    def recording_factors_of(search, points, num_rows, *args):
-        factors = factors_of(search, points, num_rows, *args)
-        searched.append((num_rows, len(points), factors is not None))
-        return factors
+    def recording_pays(search, points, num_rows, *args):
+        bfloat16 = pays(search, points, num_rows, *args)
+        searched.append((num_rows, len(points), bfloat16))
+        return bfloat16
 
-    monkeypatch.setattr(neighbor_list.NeighborList, "bfloat16_factors", recording_factors_of)
+    monkeypatch.setattr(neighbor_list.NeighborList, "bfloat16_pays", recording_pays)
     monkeypatch.setattr(
         distances.Bfloat16Choice,
         "observe",

@@ -235,6 +235,31 @@ def aligned_rows(buffer, width):
     return buffer[:, :width]
 
 
+def round_columns(points, columns, gather_entries):
+    """Writes the columns [p~, 1, 1, hi, lo] of float32 ``points`` (n, D) into ``columns`` (n, D + 4)
+    bfloat16, whose ones are already there: p~ is p rounded to bfloat16, hi + lo its squared
+    norm ||p~||^2 (Bfloat16Factors). Returns the squared norms ||p~||^2 and the residuals
+    ||p - p~|| (n,) as computed in float32, in blocks of 4 ``gather_entries`` coordinates
+    (float32 temporaries of at most a few MB). Each column's values depend on its own point
+    only."""
+    n, D = points.shape
+    rounded = columns[:, :D].copy_(points)
+    sq_norms, residuals = points.new_empty(n), points.new_empty(n)
+    step = max(1, 4 * gather_entries // max(D, 1))
+    for start in range(0, n, step):
+        block = rounded[start : start + step].float()  # (a norm of the bfloat16 rows is slower)
+        torch.linalg.vector_norm(block, dim=1, out=sq_norms[start : start + step])
+        # p~ - p is exact in float32 (p~ is within a factor 2 of p, coordinate by coordinate)
+        torch.linalg.vector_norm(
+            block.sub_(points[start : start + step]), dim=1, out=residuals[start : start + step]
+        )
+    sq_norms.square_()
+    high = sq_norms.to(torch.bfloat16)
+    low = (sq_norms - high.float()).to(torch.bfloat16)  # the difference is exact in float32
+    columns[:, D + 2 :] = torch.stack([high, low], dim=1)
+    return sq_norms, residuals
+
+
 class Bfloat16Factors:
     """Float32 points rounded to bfloat16, as the two factors of one matrix product whose
     entries are the squared distances of the rounded points: a row is [-2 p~, hi, lo, 1, 1]
@@ -257,6 +282,10 @@ class Bfloat16Factors:
         self.rows = self.columns = None  # (num_rows, D + 4) and (n, D + 4) bfloat16
         self._row_buffer = None  # rows is a view of its first num_rows
         self._column_buffer = None  # columns is a view of it (aligned_rows)
+        # (n,) float32: each column's ||p~||^2 and ||p - p~|| as computed in float32 (the bounds
+        # take their largest: ``radius`` and ``error``)
+        self.sq_norms = self.residuals = None
+        self._block = None  # columns rounded again by update_rows, before they are put in place
         self.radius = 0.0  # >= ||p - p~|| + ||q - q~|| for any two points
         self.error = 0.0  # >= |float32 sum of an entry's products - ||p~ - q~||^2|
 
@@ -270,37 +299,74 @@ class Bfloat16Factors:
             self._column_buffer = buffer
             self.columns = aligned_rows(buffer, D + 4)
             self.columns[:, D : D + 2] = 1
-        columns = self.columns
+        self.sq_norms, self.residuals = round_columns(points, self.columns, gather_entries)
+        self._set_bounds()
+        self._set_rows(num_rows)
+        return self
+
+    def update_rows(self, points, index, gather_entries):
+        """The factors after the points at ``index`` (distinct) changed: ``points`` (n, D) are the
+        points of the last ``update``, in its order, some of them changed; only the columns of
+        those at ``index`` are rounded again (the same values as an ``update``: each column
+        depends on its own point, the bounds on the largest of the columns' terms). The rows
+        are left as they were (``gathered`` makes rows of its own). Returns self."""
+        D = points.shape[1]
+        needed, kept = len(index), self._block
+        like = self._column_buffer
+        if kept is None or len(kept) < needed or (kept.shape[1], kept.device) != (like.shape[1], like.device):
+            kept = self._block = torch.empty_like(like[: max(needed, 1)])
+            aligned_rows(kept, D + 4)[:, D : D + 2] = 1
+        block = kept[:needed]
+        sq_norms, residuals = round_columns(
+            points.index_select(0, index), aligned_rows(block, D + 4), gather_entries
+        )
+        self._column_buffer.index_copy_(0, index, block)
+        self.sq_norms.index_copy_(0, index, sq_norms)
+        self.residuals.index_copy_(0, index, residuals)
+        self._set_bounds()
+        return self
+
+    def gathered(self, factors, order, num_rows):
+        """These factors made those of ``factors``' points (every one a column) in ``order`` (a
+        permutation), with the first ``num_rows`` of them as rows: the columns gathered, no
+        rounding (the same values as an ``update`` with the points in that order). Returns
+        self."""
+        self._column_buffer = kept_buffer(
+            self._column_buffer, factors._column_buffer.shape, factors._column_buffer
+        )
+        torch.index_select(factors._column_buffer, 0, order, out=self._column_buffer)
+        self.columns = aligned_rows(self._column_buffer, factors.columns.shape[1])
+        self.sq_norms = self.residuals = None  # (update_rows is for factors in their points' order)
+        self.radius, self.error = factors.radius, factors.error
+        self._set_rows(num_rows)
+        return self
+
+    def _set_rows(self, num_rows):
+        """The rows [-2 p~, hi, lo, 1, 1] of the first ``num_rows`` columns [p~, 1, 1, hi, lo]."""
+        D = self.columns.shape[1] - 4
         # kept for the most rows asked for so far (a re-anchoring's rows vary from step to step),
         # padded (lower_bounds): finite values beyond the rows written, whose products are not read
         kept, needed = self._row_buffer, padded_rows(num_rows)
-        if kept is None or kept.shape[1] != D + 4 or kept.device != points.device or len(kept) < needed:
+        if kept is None or kept.shape[1] != D + 4 or kept.device != self.columns.device or len(kept) < needed:
             grown = needed if kept is None else max(needed, len(kept))
-            buffer = points.new_zeros(grown, aligned_width(D + 4), dtype=torch.bfloat16)
+            buffer = self.columns.new_zeros(grown, aligned_width(D + 4))
             self._row_buffer = aligned_rows(buffer, D + 4)
             self._row_buffer[:, D + 2 :] = 1
         self.rows = rows = self._row_buffer[:num_rows]
-        rounded = columns[:, :D].copy_(points)
-        sq_norms, residuals = points.new_empty(n), points.new_empty(n)
-        step = max(1, 4 * gather_entries // max(D, 1))
-        for start in range(0, n, step):
-            block = rounded[start : start + step].float()  # (a norm of the bfloat16 rows is slower)
-            torch.linalg.vector_norm(block, dim=1, out=sq_norms[start : start + step])
-            # p~ - p is exact in float32 (p~ is within a factor 2 of p, coordinate by coordinate)
-            torch.linalg.vector_norm(
-                block.sub_(points[start : start + step]), dim=1, out=residuals[start : start + step]
-            )
-        sq_norms.square_()
-        torch.mul(rounded[:num_rows], -2, out=rows[:, :D])  # exact
-        high = sq_norms.to(torch.bfloat16)
-        low = (sq_norms - high.float()).to(torch.bfloat16)  # the difference is exact in float32
-        split = torch.stack([high, low], dim=1)
-        rows[:, D : D + 2], columns[:, D + 2 :] = split[:num_rows], split
+        torch.mul(self.columns[:num_rows, :D], -2, out=rows[:, :D])  # exact
+        rows[:, D : D + 2] = self.columns[:num_rows, D + 2 :]
+
+    def _set_bounds(self):
+        """``radius`` and ``error`` from the columns' largest terms."""
+        D = self.columns.shape[1] - 4
         eps = 2.0**-24
         # float32 sums of k terms err by at most gamma(k) times the sum of their magnitudes
         gamma = lambda k: k * eps / (1 - k * eps)  # noqa: E731
         # (the norms' and residuals' own float32 rounding: relative, within gamma(D) + 2^-22)
-        largest, residual = torch.stack([sq_norms.max(), residuals.max()]).tolist() if n else (0.0, 0.0)
+        if len(self.sq_norms):
+            largest, residual = torch.stack([self.sq_norms.max(), self.residuals.max()]).tolist()
+        else:
+            largest, residual = 0.0, 0.0
         largest *= 1 + 2 * gamma(D) + 2.0**-21
         self.radius = 2 * residual * (1 + 2 * gamma(D) + 2.0**-21)
         self.error = (
@@ -312,7 +378,6 @@ class Bfloat16Factors:
             + 2.0**-18 * largest
             + 2.0**-100
         )
-        return self
 
     def tail(self, start):
         """The factors of the points from ``start`` on (every point a row: ``update`` with
@@ -387,14 +452,15 @@ def row_blocks(points, num_rows, chunk_entries, factors=None, near=0.0):
     distance is within [sq - slack, sq + width + slack], slack = squared_distance_slack(points).
 
     Without ``factors`` the products are float32 and width is 0. ``factors``: the points'
-    Bfloat16Factors (updated for these points and rows), for products several times faster on
-    CPUs with bfloat16 instructions (bfloat16_products_pay); sq is then a lower bound, tightest
-    near the squared distance ``near``, and width (about 4 sqrt(near) radius) holds for the
-    entries below ``near``."""
+    Bfloat16Factors (updated for these points and rows; ``points`` may then be None), for
+    products several times faster on CPUs with bfloat16 instructions (bfloat16_products_pay);
+    sq is then a lower bound, tightest near the squared distance ``near``, and width (about
+    4 sqrt(near) radius) holds for the entries below ``near``."""
     if factors is not None:
         # bfloat16 products cost less against the work around each block: at least 4 blocks
         # (measured at n = 800: 4 blocks 0.88 ms, 8 blocks 1.02 ms, 16 blocks 1.49 ms)
-        step = padded_step(block_rows(len(points), chunk_entries, min_blocks=4), len(points), chunk_entries)
+        n = len(factors.columns)
+        step = padded_step(block_rows(n, chunk_entries, min_blocks=4), n, chunk_entries)
         scale, shift, width = factors.bounds(near)
         for start in range(0, num_rows, step):
             yield start, factors.lower_bounds(start, min(start + step, num_rows), start, scale, shift), width

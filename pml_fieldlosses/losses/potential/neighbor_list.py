@@ -15,6 +15,7 @@ from .distances import (
     full_precision_matmul,
     kept_buffer,
     pair_sq_distances_in_blocks,
+    rounding_slack,
     row_blocks,
     squared_distance_slack,
 )
@@ -143,7 +144,14 @@ class NeighborList(PairSearch):
         self.state: Optional[ListState] = None
         self.motion: Optional[Motion] = None
         self._buffer: Optional[torch.Tensor] = None
-        self._factors = Bfloat16Factors()
+        self._factors = Bfloat16Factors()  # a search's (its points in the search's order)
+        # what the searches compute from the reference positions, in list order, kept between
+        # updates for the ListState they are of (None: none) and computed again only for the
+        # re-anchored points (``_reference_terms``): the positions' norms, and their
+        # Bfloat16Factors (every position a column) while bfloat16 products may be used
+        self._terms_of: Optional[ListState] = None
+        self._reference_norms: Optional[torch.Tensor] = None
+        self._reference_factors: Optional[Bfloat16Factors] = None
 
     def scratch(self, points):
         """An (n, D) tensor like ``points``, kept between updates for the n x D temporaries of an
@@ -153,19 +161,22 @@ class NeighborList(PairSearch):
 
     def bfloat16_factors(self, points, num_rows, choice=None):
         """The Bfloat16Factors of ``points`` (buffers kept between updates) for the products of a
-        search of the first ``num_rows`` of them against all (row_blocks) when ``bfloat16`` is
-        set, they are float32 and ``choice`` says they pay (Bfloat16Choice; without one, when
-        the products have at least its min_multiply_adds); else None."""
-        if not (self.bfloat16 and points.dtype == torch.float32):
-            return None
-        multiply_adds = num_rows * points.numel()
-        if choice is None:
-            pays = multiply_adds >= Bfloat16Choice.min_multiply_adds
-        else:
-            pays = choice.use(self.pair_cost_of(points), multiply_adds)
-        if not pays:
+        search of the first ``num_rows`` of them against all (row_blocks) when they pay
+        (``bfloat16_pays``); else None."""
+        if not self.bfloat16_pays(points, num_rows, choice):
             return None
         return self._factors.update(points, num_rows, self.gather_entries)
+
+    def bfloat16_pays(self, points, num_rows, choice=None):
+        """Whether a search of the first ``num_rows`` of ``points`` against all uses bfloat16
+        products: when ``bfloat16`` is set, they are float32 and ``choice`` says they pay
+        (Bfloat16Choice; without one, when the products have at least its min_multiply_adds)."""
+        if not (self.bfloat16 and points.dtype == torch.float32):
+            return False
+        multiply_adds = num_rows * points.numel()
+        if choice is None:
+            return multiply_adds >= Bfloat16Choice.min_multiply_adds
+        return choice.use(self.pair_cost_of(points), multiply_adds)
 
     def pair_cost_of(self, points):
         """``pair_cost`` for these points (the default for their dimension if None)."""
@@ -433,17 +444,22 @@ class NeighborList(PairSearch):
         of the cutoff)."""
         state = self.state
         order = torch.cat([rows, others])
-        ref = torch.index_select(state.reference, 0, order, out=self.scratch(state.reference))
-        slack = squared_distance_slack(ref)
+        norms, kept_factors = self._reference_terms(rows)
+        reference = state.reference
+        slack = rounding_slack(norms.max().item(), reference.shape[1], reference.dtype) if len(norms) else 0.0
         threshold = (state.cutoff + state.skin) ** 2 + slack
-        factors = self.bfloat16_factors(ref, len(rows))
+        ref = factors = None  # the reference positions in the search's order, or their factors
+        if kept_factors is not None and self.bfloat16_pays(reference, len(rows)):
+            factors = self._factors.gathered(kept_factors, order, len(rows))
+        else:
+            ref = torch.index_select(reference, 0, order, out=self.scratch(reference))
         close_threshold = state.cutoff**2 + slack
-        max_pairs = self.max_pairs(ref)
+        max_pairs = self.max_pairs(reference)
         members = group_members(order, state.group_size)
-        nearest = torch.full((len(order),), math.inf, dtype=ref.dtype, device=ref.device)
+        nearest = torch.full((len(order),), math.inf, dtype=reference.dtype, device=reference.device)
         raised = None  # how far above the threshold each column's pairs are listed
         if needed is not None:
-            raised = torch.zeros(len(order), dtype=ref.dtype, device=ref.device)
+            raised = torch.zeros(len(order), dtype=reference.dtype, device=reference.device)
             raised[len(rows) :] = (needed.square() + slack - threshold).clamp(min=0)
         kept, found, found_sq, close, beyond = True, [], [], [], []
         for start, sq, width in row_blocks(ref, len(rows), self.chunk_entries, factors, threshold):
@@ -476,9 +492,35 @@ class NeighborList(PairSearch):
                 threshold = close_threshold
         lower_bound = (nearest - slack).clamp(min=0).sqrt()
         state.clearance[order] = torch.minimum(state.clearance[order], lower_bound)
-        separation = (torch.cat(found_sq) - slack).clamp(min=0).sqrt() if found_sq else ref.new_empty(0)
+        separation = (torch.cat(found_sq) - slack).clamp(min=0).sqrt() if found_sq else reference.new_empty(0)
         beyond = order[torch.cat(beyond)] if beyond else order.new_empty(0)
         return SearchResult(kept, _ordered(order, found), separation, _ordered(order, close), beyond)
+
+    def _reference_terms(self, changed):
+        """The norms of the reference positions and, while bfloat16 products may be used (float32
+        points, ``bfloat16``), their Bfloat16Factors (None otherwise), both in list order, after
+        the reference positions of the points ``changed`` changed (a re-anchoring's; a build's:
+        a new state, all of them): computed again for those alone, or for all the first time
+        for a state. Each point's values depend on its own position only, the same as those
+        of all positions at once, bit for bit."""
+        state, reference = self.state, self.state.reference
+        with_factors = self.bfloat16 and reference.dtype == torch.float32
+        fresh = self._terms_of is not state
+        if fresh:
+            self._terms_of = state
+            self._reference_norms = torch.linalg.vector_norm(reference, dim=1)
+        else:
+            changed_norms = torch.linalg.vector_norm(reference.index_select(0, changed), dim=1)
+            self._reference_norms.index_copy_(0, changed, changed_norms)
+        factors = self._reference_factors
+        if not with_factors:
+            factors = None
+        elif fresh or factors is None:  # (a kept object's buffers are used again)
+            factors = (factors or Bfloat16Factors()).update(reference, 0, self.gather_entries)
+        else:
+            factors.update_rows(reference, changed, self.gather_entries)
+        self._reference_factors = factors
+        return self._reference_norms, self._reference_factors
 
     def _shrink(self, found, found_sq, nearest, keep, slack):
         """The pairs found so far, cut to the ``keep`` closest ones: the radius (and the state's skin)
