@@ -94,6 +94,24 @@ def test_candidates_contain_every_pair_off_its_plateau(
             assert (i, j) in found_within_class, (i, j, sq[i, j].item())
 
 
+@pytest.mark.parametrize("M", [1, 2, 3, 5])
+def test_class_pairs_are_those_whose_differences_square_above_the_threshold(M):
+    """class_pairs: exactly the pairs (i < j) of one class whose ((p_i - p_j) ** 2).sum() (the
+    energies' expression) exceeds delta^2 minus the rounding slack, in class-major order, for
+    blocks of several classes or of one."""
+    g = torch.Generator().manual_seed(M)
+    N, D = 37, 20
+    proxies = torch.nn.functional.normalize(torch.randn(N * M, D, generator=g), dim=1)
+    first, second = torch.triu_indices(M, M, 1)
+    grouped = proxies.view(N, M, D)
+    sq = (grouped[:, first] - grouped[:, second]).pow(2).sum(dim=2)
+    for delta in [0.0, sq.median().item() ** 0.5 if sq.numel() else 1.0, 3.0]:
+        classes, which = (sq > delta**2 - distances.squared_distance_slack(proxies)).nonzero().unbind(1)
+        expected = torch.stack([classes * M + first[which], classes * M + second[which]])
+        for gather_entries in [D, 5 * D, 2**18]:
+            assert torch.equal(class_pairs(proxies, M, delta, gather_entries), expected)
+
+
 def at_distance(point, distance, generator):
     """A unit vector at ``distance`` from the unit vector ``point`` (float64)."""
     other = torch.randn(point.shape, generator=generator, dtype=torch.float64)
@@ -244,7 +262,7 @@ def test_bfloat16_factors_rounded_again_in_part_and_gathered_equal_fresh_ones(di
         points[changed] = (
             torch.randn(len(changed), dim, generator=g) * torch.rand(len(changed), 1, generator=g) * 3
         )
-        kept.update_rows(points, changed, 2**10)
+        kept.update_rows(changed, points[changed], 2**10)
         assert_same_factors(kept, Bfloat16Factors().update(points, 0, 2**10))
         for num_rows in [1, 40, n]:
             order = torch.randperm(n, generator=g)

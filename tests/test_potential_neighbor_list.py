@@ -109,6 +109,33 @@ def test_the_kept_terms_of_the_reference_positions_equal_fresh_ones(monkeypatch)
     assert len(checked) > 20 and min(checked) < n
 
 
+@pytest.mark.parametrize("gather_entries", [3 * 8, 2**18])
+def test_the_motion_measured_in_blocks_equals_the_plain_expressions(monkeypatch, gather_entries):
+    """The displacements since the previous update (odometers, speed) and since the reference
+    positions (what _follow is given), measured in blocks of rows, equal vector_norm of the
+    plain differences bit for bit, and the previous positions become the current ones."""
+    follow, given = NeighborList._follow, []
+    monkeypatch.setattr(NeighborList, "_follow", lambda nl, p, d: given.append(d) or follow(nl, p, d))
+    g = torch.Generator().manual_seed(6)
+    points = torch.nn.functional.normalize(torch.randn(50, 8, generator=g), dim=1)
+    neighbors = NeighborList(pair_cost=1)
+    neighbors.gather_entries = gather_entries  # blocks of 3 rows, or one
+    neighbors.update(points, 2, 0.3, 0.2)
+    odometer = torch.zeros(50, dtype=torch.float64)
+    for _ in range(5):
+        previous, reference = points, neighbors.state.reference.clone()
+        points = torch.nn.functional.normalize(points + 0.02 * torch.randn(50, 8, generator=g), dim=1)
+        neighbors.update(points, 2, 0.3, 0.2)
+        step = torch.linalg.vector_norm(points - previous, dim=1)
+        odometer += step.double() * (1 + neighbor_list.tolerance(points))
+        assert torch.equal(neighbors.motion.odometer, odometer) and torch.equal(
+            neighbors.motion.previous, points
+        )
+        assert neighbors.motion.speed == step.kthvalue(45).values.item()
+        assert torch.equal(given[-1], torch.linalg.vector_norm(points - reference, dim=1))
+    assert len(given) == 5
+
+
 def training_run(loss_fn, steps, proxy_lr, generator, check=True):
     """Adam on an embedding table and on the proxies; the loss and all
     gradients are compared with the loss's dense path at every step (float64)."""

@@ -148,8 +148,10 @@ def class_pairs(proxies, proxies_per_class, delta, gather_entries):
     """The pairs (i < j) of two proxies of one class (numbered as rows of ``proxies``, the
     proxies as points, (N M, D), class-major) that may be farther apart than ``delta``, by their
     coordinate differences (as the energies compute them), with a margin for rounding: the
-    others are on the attraction plateau. In blocks of classes of at most about
-    ``gather_entries`` gathered coordinates (small temporaries, kept in the CPU's caches)."""
+    others are on the attraction plateau. One pair of places (a, b) within the classes at a
+    time, the differences of the a-th and b-th proxy of every class taken from two strided
+    views (no gathered copies), in blocks of at most about ``gather_entries`` coordinates
+    (small temporaries, kept in the CPU's caches)."""
     M, D = proxies_per_class, proxies.shape[1]
     N = len(proxies) // M
     first, second = torch.triu_indices(M, M, 1, device=proxies.device)
@@ -157,14 +159,18 @@ def class_pairs(proxies, proxies_per_class, delta, gather_entries):
         return torch.empty(2, 0, dtype=torch.long, device=proxies.device)
     threshold = delta**2 - squared_distance_slack(proxies)
     grouped = proxies.view(N, M, D)
-    step = max(1, gather_entries // (len(first) * D))
+    step = max(1, gather_entries // max(D, 1))
     # written block by block into one mask (pair_sq_distances_in_blocks says why)
     far = torch.empty(N, len(first), dtype=torch.bool, device=proxies.device)
-    for start in range(0, N, step):
-        blocks = grouped[start : start + step]
-        torch.gt(
-            (blocks[:, first] - blocks[:, second]).pow(2).sum(dim=2), threshold, out=far[start : start + step]
-        )
+    sq = proxies.new_empty(N)
+    scratch = proxies.new_empty(min(step, N), D)
+    for pair, (a, b) in enumerate(zip(first.tolist(), second.tolist())):
+        for start in range(0, N, step):
+            stop = min(start + step, N)
+            diff = torch.sub(grouped[start:stop, a], grouped[start:stop, b], out=scratch[: stop - start])
+            # (x * x: the bits of x.pow(2), which torch computes as that product)
+            torch.sum(diff.mul_(diff), dim=1, out=sq[start:stop])
+        torch.gt(sq, threshold, out=far[:, pair])
     classes, which = far.nonzero().unbind(1)
     return torch.stack([classes * M + first[which], classes * M + second[which]])
 

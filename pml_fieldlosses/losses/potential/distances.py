@@ -304,12 +304,12 @@ class Bfloat16Factors:
         self._set_rows(num_rows)
         return self
 
-    def update_rows(self, points, index, gather_entries):
-        """The factors after the points at ``index`` (distinct) changed: ``points`` (n, D) are the
-        points of the last ``update``, in its order, some of them changed; only the columns of
-        those at ``index`` are rounded again (the same values as an ``update``: each column
-        depends on its own point, the bounds on the largest of the columns' terms). The rows
-        are left as they were (``gathered`` makes rows of its own). Returns self."""
+    def update_rows(self, index, points, gather_entries):
+        """The factors after the points at ``index`` (distinct places in the order of the last
+        ``update``) became ``points`` (len(index), D): only their columns are rounded again (the
+        same values as an ``update`` of all the points: each column depends on its own point,
+        the bounds on the largest of the columns' terms). The rows are left as they were
+        (``gathered`` makes rows of its own). Returns self."""
         D = points.shape[1]
         needed, kept = len(index), self._block
         like = self._column_buffer
@@ -317,9 +317,7 @@ class Bfloat16Factors:
             kept = self._block = torch.empty_like(like[: max(needed, 1)])
             aligned_rows(kept, D + 4)[:, D : D + 2] = 1
         block = kept[:needed]
-        sq_norms, residuals = round_columns(
-            points.index_select(0, index), aligned_rows(block, D + 4), gather_entries
-        )
+        sq_norms, residuals = round_columns(points, aligned_rows(block, D + 4), gather_entries)
         self._column_buffer.index_copy_(0, index, block)
         self.sq_norms.index_copy_(0, index, sq_norms)
         self.residuals.index_copy_(0, index, residuals)

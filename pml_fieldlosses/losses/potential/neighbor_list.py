@@ -223,9 +223,10 @@ class NeighborList(PairSearch):
             self.motion = Motion(previous=points.clone(), odometer=odometer)
             pairs = self._build(points, group_size, cutoff, skin)
         else:
-            self._measure_speed(points)
-            pairs = self._follow(points) if self.state.kept else self._dense_step(points, factors)
-            self.motion.previous.copy_(points)
+            displacements = self._measure_motion(points)
+            pairs = (
+                self._follow(points, displacements) if self.state.kept else self._dense_step(points, factors)
+            )
         self.stats.last_returned = pairs.shape[1]
         return pairs
 
@@ -239,13 +240,31 @@ class NeighborList(PairSearch):
             or (state.group_size, state.cutoff, state.max_skin) != (group_size, cutoff, skin)
         )
 
-    def _measure_speed(self, points):
-        """The 90th percentile of the displacements since the previous update; every point's
-        odometer moves on by its displacement."""
-        motion = self.motion
-        step = torch.linalg.vector_norm(torch.sub(points, motion.previous, out=self.scratch(points)), dim=1)
-        motion.speed = step.kthvalue(max(1, (9 * len(step) + 9) // 10)).values.item()
+    def _measure_motion(self, points):
+        """Each point's displacement since the previous update (the 90th percentile of them: the
+        speed; every point's odometer moves on by its own) and, with a kept list, since its
+        reference position (returned; else None); the previous positions become these. One
+        pass over the points in blocks of ``gather_entries`` coordinates: each block's
+        differences stay in the CPU's caches (the values of vector_norm(points - previous,
+        dim=1), bit for bit: each row is reduced on its own)."""
+        motion, state = self.motion, self.state
+        n = len(points)
+        step = points.new_empty(n)
+        displacements = points.new_empty(n) if state.kept else None
+        rows = max(1, self.gather_entries // max(points.shape[1], 1))
+        scratch = self.scratch(points)
+        for start in range(0, n, rows):
+            stop = min(start + rows, n)
+            block, difference = points[start:stop], scratch[: stop - start]
+            torch.sub(block, motion.previous[start:stop], out=difference)
+            torch.linalg.vector_norm(difference, dim=1, out=step[start:stop])
+            if displacements is not None:
+                torch.sub(block, state.reference[start:stop], out=difference)
+                torch.linalg.vector_norm(difference, dim=1, out=displacements[start:stop])
+            motion.previous[start:stop] = block
+        motion.speed = step.kthvalue(max(1, (9 * n + 9) // 10)).values.item()
         motion.odometer += step.double() * (1 + tolerance(points))
+        return displacements
 
     def _build(self, points, group_size, cutoff, max_skin, fitting_skin=math.inf):
         """A search of all pairs, from the current positions; its radius starts at cutoff + the
@@ -278,14 +297,12 @@ class NeighborList(PairSearch):
         self.stats.last_reanchored = len(points)
         return self.within_cutoff(points, found.close, cutoff)
 
-    def _follow(self, points):
-        """An update of a kept list: re-anchor the points that fail their displacement test, and
-        those due (``ListState.due``), until all pass (one search, as a rule: ``_reanchor``), then
-        the listed pairs that may be within the cutoff."""
+    def _follow(self, points, displacements):
+        """An update of a kept list, given each point's ``displacements`` from its reference
+        position: re-anchor the points that fail their displacement test, and those due
+        (``ListState.due``), until all pass (one search, as a rule: ``_reanchor``), then the
+        listed pairs that may be within the cutoff."""
         state = self.state
-        displacements = torch.linalg.vector_norm(
-            torch.sub(points, state.reference, out=self.scratch(points)), dim=1
-        )
         due, needed = state.due, self._needed_allowance(displacements)
         while True:
             moved = self._beyond_allowance(displacements, state.clearance, needed) | due
@@ -369,7 +386,7 @@ class NeighborList(PairSearch):
         state.skin = self._reanchoring_skin()
         anchored = moved.nonzero().squeeze(1)
         others = (~moved).nonzero().squeeze(1)
-        state.reference[anchored] = points[anchored]
+        state.reference.index_copy_(0, anchored, points.index_select(0, anchored))
         state.clearance.index_fill_(0, anchored, math.inf)  # (a Python value set by index: a GPU waits)
         # the listed pairs of two unmoved points (one index for the three tensors of the list)
         unmoved = (~(moved[state.pairs[0]] | moved[state.pairs[1]])).nonzero().squeeze(1)
@@ -506,11 +523,12 @@ class NeighborList(PairSearch):
         state, reference = self.state, self.state.reference
         with_factors = self.bfloat16 and reference.dtype == torch.float32
         fresh = self._terms_of is not state
+        changed_positions = None if fresh else reference.index_select(0, changed)
         if fresh:
             self._terms_of = state
             self._reference_norms = torch.linalg.vector_norm(reference, dim=1)
         else:
-            changed_norms = torch.linalg.vector_norm(reference.index_select(0, changed), dim=1)
+            changed_norms = torch.linalg.vector_norm(changed_positions, dim=1)
             self._reference_norms.index_copy_(0, changed, changed_norms)
         factors = self._reference_factors
         if not with_factors:
@@ -518,7 +536,7 @@ class NeighborList(PairSearch):
         elif fresh or factors is None:  # (a kept object's buffers are used again)
             factors = (factors or Bfloat16Factors()).update(reference, 0, self.gather_entries)
         else:
-            factors.update_rows(reference, changed, self.gather_entries)
+            factors.update_rows(changed, changed_positions, self.gather_entries)
         self._reference_factors = factors
         return self._reference_norms, self._reference_factors
 
