@@ -74,6 +74,7 @@ from pytorch_metric_learning import losses as pml_losses
 
 from pml_fieldlosses import losses
 from pml_fieldlosses.app.errors import FileFault, atomic_write
+from pml_fieldlosses.losses.potential.distances import bfloat16_products_pay
 from pml_fieldlosses.losses.potential.neighbor_list import ListState, Motion, NeighborList
 from pml_fieldlosses.losses.potential.pair_search import SearchStats
 
@@ -500,9 +501,12 @@ def main():
     torch.manual_seed(args.seed)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    # the losses search float32 points on a CPU with bfloat16 products where they pay, measured
+    # once per process (bfloat16_search=None, their default): the ratios depend on it
+    pays = "yes" if device.type == "cpu" and bfloat16_products_pay() else "no"
     print(
         f"B={args.batch_size} D={args.embedding_size} M=2 delta={args.delta} data={args.data} "
-        f"window={args.window} {describe(args)}",
+        f"window={args.window} {describe(args)} bfloat16 products pay: {pays}",
         flush=True,
     )
     for C in args.num_classes:

@@ -39,20 +39,22 @@ def kept_buffer(buffer, shape, like, dtype=None):
 def bfloat16_products_pay():
     """Whether a bfloat16 matrix product is at least twice as fast as a float32 one on this
     CPU (those with AVX512-BF16 or AMX instructions; elsewhere it is slower): measured once per
-    process, on a product of the searches' shape (256 x 512 by 512 x 4 096), the best of three."""
+    process, on a product of the searches' shape (256 x 512 by 512 x 4 096), the best of five
+    of each, taken in turn (so that a moment of load from elsewhere slows both kinds, not the
+    tries of one: on a CPU with AMX, where they pay about four times over, all three bfloat16
+    tries of a run taken after the float32 ones once fell within a burst of another process
+    and that run searched in float32)."""
     generator = torch.Generator().manual_seed(0)  # the global random state stays as it was
     a, b = torch.randn(256, 512, generator=generator), torch.randn(4096, 512, generator=generator)
-    seconds = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        x, y = a.to(dtype), b.to(dtype)
-        torch.mm(x, y.T)  # warm-up
-        best = math.inf
-        for _ in range(3):
+    operands = {dtype: (a.to(dtype), b.to(dtype)) for dtype in (torch.float32, torch.bfloat16)}
+    best = dict.fromkeys(operands, math.inf)
+    for attempt in range(6):  # the first of each: a warm-up
+        for dtype, (x, y) in operands.items():
             start = time.perf_counter()
             torch.mm(x, y.T)
-            best = min(best, time.perf_counter() - start)
-        seconds[dtype] = best
-    return 2 * seconds[torch.bfloat16] <= seconds[torch.float32]
+            if attempt:
+                best[dtype] = min(best[dtype], time.perf_counter() - start)
+    return 2 * best[torch.bfloat16] <= best[torch.float32]
 
 
 def pair_sq_distances_into(points, pairs, diff, scratch, out):
