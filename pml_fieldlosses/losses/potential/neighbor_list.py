@@ -463,7 +463,9 @@ class NeighborList(PairSearch):
         order = torch.cat([rows, others])
         norms, kept_factors = self._reference_terms(rows)
         reference = state.reference
-        slack = rounding_slack(norms.max().item(), reference.shape[1], reference.dtype) if len(norms) else 0.0
+        # (squared_distance_slack of the reference positions, from their kept norms)
+        largest = norms.max().item() if len(norms) else 0.0
+        slack = rounding_slack(largest, reference.shape[1], reference.dtype)
         threshold = (state.cutoff + state.skin) ** 2 + slack
         ref = factors = None  # the reference positions in the search's order, or their factors
         if kept_factors is not None and self.bfloat16_pays(reference, len(rows)):
