@@ -7,6 +7,8 @@ for few points, from one search of all pairs here (embedding_candidates with eve
 
 Points are numbered as in energy.py: the B embeddings, then the N M proxies, class-major."""
 
+import itertools
+
 import torch
 
 from .distances import (
@@ -164,7 +166,8 @@ def class_pairs(proxies, proxies_per_class, delta, gather_entries):
     far = torch.empty(N, len(first), dtype=torch.bool, device=proxies.device)
     sq = proxies.new_empty(N)
     scratch = proxies.new_empty(min(step, N), D)
-    for pair, (a, b) in enumerate(zip(first.tolist(), second.tolist())):
+    # (the places in triu_indices' order, made on the host: no tensor read back from a GPU)
+    for pair, (a, b) in enumerate(itertools.combinations(range(M), 2)):
         for start in range(0, N, step):
             stop = min(start + step, N)
             diff = torch.sub(grouped[start:stop, a], grouped[start:stop, b], out=scratch[: stop - start])
