@@ -51,15 +51,18 @@ def clustered_points(seed, num_points, dim, spread, dtype):
     repulsion_delta=st.sampled_from([0.05, 0.4, 1.2]),
     chunk_entries=st.sampled_from([1, 16, 2**22]),
     precision=st.sampled_from(["float32", "float32-bfloat16-products", "float64"]),
+    all_rows=st.booleans(),
 )
 def test_candidates_contain_every_pair_off_its_plateau(
-    seed, batch_size, num_classes, proxies_per_class, spread, delta, repulsion_delta, chunk_entries, precision
+    seed, batch_size, num_classes, proxies_per_class, spread, delta, repulsion_delta, chunk_entries, precision,
+    all_rows,
 ):
     """Every pair with an embedding in it, and every pair of two proxies of one class, whose
     exact (coordinate-difference, float64) distance is off its plateau is a candidate: a
     same-class pair farther than delta, a pair of different classes closer than
-    repulsion_delta, also when the products are bfloat16. Each block's pairs are (i < j), in
-    the canonical order."""
+    repulsion_delta, also when the products are bfloat16; with every point a row (the search of
+    all pairs, in blocks of rows against the later points), every pair off its plateau. Each
+    block's pairs are (i < j), in the canonical order."""
     dtype = torch.float64 if precision == "float64" else torch.float32
     B, M, D = batch_size, proxies_per_class, 6
     n = num_classes * M
@@ -68,10 +71,12 @@ def test_candidates_contain_every_pair_off_its_plateau(
     labels = torch.randint(0, num_classes, (B,), generator=g)
     point_labels = torch.cat([labels, torch.arange(num_classes).repeat_interleave(M)])
     proxies = points[B:]
+    num_rows = B + n if all_rows else B
 
-    factors = Bfloat16Factors().update(points, B, 2**17) if precision == "float32-bfloat16-products" else None
+    bfloat16 = precision == "float32-bfloat16-products"
+    factors = Bfloat16Factors().update(points, num_rows, 2**17) if bfloat16 else None
     blocks, _ = embedding_candidates(
-        points, B, point_labels, M, delta, repulsion_delta, chunk_entries, factors
+        points, B, point_labels, M, delta, repulsion_delta, chunk_entries, factors, num_rows=num_rows
     )
     for block in blocks:
         assert (block[0] < block[1]).all()
@@ -88,10 +93,32 @@ def test_candidates_contain_every_pair_off_its_plateau(
     same = point_labels.unsqueeze(1) == point_labels.unsqueeze(0)
     off = torch.where(same, sq > delta**2, sq < repulsion_delta**2)
     for i, j in off.triu(diagonal=1).nonzero().tolist():
-        if i < B:
+        if i < num_rows:
             assert (i, j) in found, (i, j, sq[i, j].item())
         elif same[i, j]:
             assert (i, j) in found_within_class, (i, j, sq[i, j].item())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n, step", [(1, 1), (5, 1), (5, 2), (5, 5), (5, 8), (130, 17), (130, 64)])
+def test_upper_sq_distances_are_one_products_entries_above_its_diagonal_blocks(n, step, dtype):
+    """upper_sq_distances: on and above its diagonal blocks of ``step`` rows, the squared
+    distances within the rounding slack the searches allow for (the entries of one product of all
+    points with all points, sq_distance_block, wherever the matrix library sums the products of a
+    block's entry in the same order: a single row may take another kernel); +inf below them."""
+    g = torch.Generator().manual_seed(n + step)
+    points = torch.randn(n, 24, generator=g, dtype=dtype)
+    sq_norms = torch.linalg.vector_norm(points, dim=1).square()
+    whole = distances.sq_distance_block(points, sq_norms, points, sq_norms)
+    sq = distances.upper_sq_distances(points, sq_norms, step)
+    blocks = torch.arange(n) // step
+    upper = blocks.unsqueeze(0) >= blocks.unsqueeze(1)  # (row, column): the column's block is not before
+    exact = (points.double().unsqueeze(1) - points.double().unsqueeze(0)).pow(2).sum(dim=2)
+    slack = distances.rounding_slack(sq_norms.max().sqrt().item(), points.shape[1], dtype)
+    assert (sq[upper].double() - exact[upper]).abs().max() <= slack
+    assert (whole[upper].double() - exact[upper]).abs().max() <= slack
+    assert torch.isinf(sq[~upper]).all() and (sq[~upper] > 0).all()
+    assert upper.triu().equal(torch.ones(n, n, dtype=torch.bool).triu())  # every pair i <= j computed
 
 
 @pytest.mark.parametrize("M", [1, 2, 3, 5])

@@ -12,11 +12,13 @@ import itertools
 import torch
 
 from .distances import (
+    block_rows,
     entries_below,
     pair_sq_distances_in_blocks,
     rounding_slack,
     sq_distance_block,
     squared_distance_slack,
+    upper_sq_distances,
 )
 
 
@@ -72,7 +74,11 @@ def embedding_candidates(
     pairs, undecided = [], 0
     for start in range(0, num_rows, step):
         stop = min(start + step, num_rows)
-        if factors is None:
+        if factors is None and stop - start == len(points) and points.device.type == "cpu":
+            # a search of all pairs in one block, on a CPU: about the upper triangle's products
+            # (a GPU, bound by kernel launches, takes the one product of all the square's)
+            sq = upper_sq_distances(points, sq_norms, block_rows(len(points), chunk_entries))
+        elif factors is None:
             sq = sq_distance_block(points[start:stop], sq_norms[start:stop], points, sq_norms)
         else:
             sq = factors.lower_bounds(start, stop, 0, scale, shift)
