@@ -144,3 +144,60 @@ def test_jobs_taken_longest_first_give_their_results_in_job_order(workers):
     got = scheduler.run_jobs(square, 2, jobs, workers, on_event, cost=lambda job: float(job))
     assert got == [2 * job for job in jobs]
     assert sorted(started) == sorted(jobs)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_runs_multi_tensor_adamw_gives_the_default_adamws_parameters_bit_for_bit(seed):
+    """bench.run.optimisation's AdamWs (foreach=True) train every part to the same parameters,
+    bit for bit, as torch's default AdamW on a CPU (one tensor at a time), through steps with
+    gradients from 1e-30 to 1e3, zeros, a part without gradients at some steps and the StepLR's
+    decays (its warm-up: a frozen trunk)."""
+    from types import SimpleNamespace
+
+    from pml_fieldlosses.app.bench.run import optimisation
+
+    config = SimpleNamespace(lr=1e-2, loss_lr_multiplier=10.0, weight_decay=1e-4, lr_decay_epochs=2,
+                             lr_decay=0.5, grad_clip=None)
+    g = torch.Generator().manual_seed(seed)
+
+    def models():
+        torch.manual_seed(seed)
+        return {
+            "trunk": torch.nn.Linear(7, 5),
+            "embedder": torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Linear(4, 3)),
+            "metric_loss": ProxyAnchorLoss(6, 3),
+        }
+
+    fast, plain = models(), models()
+    fast_optimizers, fast_schedulers, _ = optimisation(fast, config, trunk_lr_multiplier=0.1)
+    plain_optimizers = {
+        key: torch.optim.AdamW(
+            plain[key.removesuffix("_optimizer")].parameters(),
+            optimizer.defaults["lr"],
+            weight_decay=config.weight_decay,
+        )
+        for key, optimizer in fast_optimizers.items()
+    }
+    plain_schedulers = [
+        torch.optim.lr_scheduler.StepLR(o, config.lr_decay_epochs, config.lr_decay) for o in plain_optimizers.values()
+    ]
+    assert set(fast_optimizers) == {"trunk_optimizer", "embedder_optimizer", "metric_loss_optimizer"}
+    assert all(o.defaults["foreach"] is None for o in plain_optimizers.values())
+    for step in range(12):
+        grads = [
+            None if (name == "trunk" and step < 3) else
+            torch.randn(p.shape, generator=g) * 10.0 ** torch.randint(-30, 4, (), generator=g).item()
+            * (step % 5 != 4)  # zeros at some steps
+            for name in fast for p in fast[name].parameters()
+        ]
+        for part in (fast, plain):
+            for p, grad in zip([p for name in part for p in part[name].parameters()], grads):
+                p.grad = None if grad is None else grad.clone()
+        for o in list(fast_optimizers.values()) + list(plain_optimizers.values()):
+            o.step()
+        if step % 3 == 2:
+            for s in list(fast_schedulers.values()) + plain_schedulers:
+                s.step()
+    for name in fast:
+        for a, b in zip(fast[name].parameters(), plain[name].parameters()):
+            assert torch.equal(a, b), name
