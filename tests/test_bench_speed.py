@@ -156,8 +156,9 @@ def test_the_runs_multi_tensor_adamw_gives_the_default_adamws_parameters_bit_for
 
     from pml_fieldlosses.app.bench.run import optimisation
 
-    config = SimpleNamespace(lr=1e-2, loss_lr_multiplier=10.0, weight_decay=1e-4, lr_decay_epochs=2,
-                             lr_decay=0.5, grad_clip=None)
+    config = SimpleNamespace(
+        lr=1e-2, loss_lr_multiplier=10.0, weight_decay=1e-4, lr_decay_epochs=2, lr_decay=0.5, grad_clip=None
+    )
     g = torch.Generator().manual_seed(seed)
 
     def models():
@@ -179,16 +180,20 @@ def test_the_runs_multi_tensor_adamw_gives_the_default_adamws_parameters_bit_for
         for key, optimizer in fast_optimizers.items()
     }
     plain_schedulers = [
-        torch.optim.lr_scheduler.StepLR(o, config.lr_decay_epochs, config.lr_decay) for o in plain_optimizers.values()
+        torch.optim.lr_scheduler.StepLR(optimizer, config.lr_decay_epochs, config.lr_decay)
+        for optimizer in plain_optimizers.values()
     ]
     assert set(fast_optimizers) == {"trunk_optimizer", "embedder_optimizer", "metric_loss_optimizer"}
     assert all(o.defaults["foreach"] is None for o in plain_optimizers.values())
+    def gradient(shape, step):
+        scale = 10.0 ** torch.randint(-30, 4, (), generator=g).item()
+        return torch.randn(shape, generator=g) * scale * (step % 5 != 4)  # zeros at some steps
+
     for step in range(12):
         grads = [
-            None if (name == "trunk" and step < 3) else
-            torch.randn(p.shape, generator=g) * 10.0 ** torch.randint(-30, 4, (), generator=g).item()
-            * (step % 5 != 4)  # zeros at some steps
-            for name in fast for p in fast[name].parameters()
+            None if name == "trunk" and step < 3 else gradient(p.shape, step)
+            for name in fast
+            for p in fast[name].parameters()
         ]
         for part in (fast, plain):
             for p, grad in zip([p for name in part for p in part[name].parameters()], grads):

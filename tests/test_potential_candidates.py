@@ -54,7 +54,15 @@ def clustered_points(seed, num_points, dim, spread, dtype):
     all_rows=st.booleans(),
 )
 def test_candidates_contain_every_pair_off_its_plateau(
-    seed, batch_size, num_classes, proxies_per_class, spread, delta, repulsion_delta, chunk_entries, precision,
+    seed,
+    batch_size,
+    num_classes,
+    proxies_per_class,
+    spread,
+    delta,
+    repulsion_delta,
+    chunk_entries,
+    precision,
     all_rows,
 ):
     """Every pair with an embedding in it, and every pair of two proxies of one class, whose
@@ -118,7 +126,6 @@ def test_upper_sq_distances_are_one_products_entries_above_its_diagonal_blocks(n
     assert (sq[upper].double() - exact[upper]).abs().max() <= slack
     assert (whole[upper].double() - exact[upper]).abs().max() <= slack
     assert torch.isinf(sq[~upper]).all() and (sq[~upper] > 0).all()
-    assert upper.triu().equal(torch.ones(n, n, dtype=torch.bool).triu())  # every pair i <= j computed
 
 
 @pytest.mark.parametrize("M", [1, 2, 3, 5])

@@ -523,15 +523,15 @@ def upper_sq_distances(points, sq_norms, step):
     triangle (with 8 blocks, n^2 / 2 entries plus an eighth of that), not the whole n x n
     square. The same expression, whose rounding rounding_slack bounds whatever the order of a
     product's sums (the same values bit for bit where the matrix library sums a block's entries
-    as it sums the square's, as MKL did in the shapes measured below). Measured on 2 CPU cores (AVX2, torch 2.14.1, 2 threads) with the
-    screening of entries_below after it: 1 056 points of 512 coordinates 6.9 ms against 9.8 ms
-    in one product, 1 448 points 12.9 ms against 20.7 ms (docs/performance.md)."""
+    as it sums the square's, as MKL did in the shapes measured here). Measured on 2 CPU cores
+    (AVX2, torch 2.14.1, 2 threads) with the screening of entries_below after it: 1 056 points
+    of 512 coordinates 6.9 ms against 9.8 ms in one product, 1 448 points 12.9 ms against
+    20.7 ms (docs/performance.md)."""
     n = len(points)
     sq = points.new_empty(n, n)
     for start in range(0, n, step):
         stop = min(start + step, n)
-        rows = points[start:stop]
-        torch.addmm(sq_norms[start:].unsqueeze(0), rows, points[start:].T, alpha=-2, out=sq[start:stop, start:])
+        block = sq[start:stop, start:]
+        torch.addmm(sq_norms[start:].unsqueeze(0), points[start:stop], points[start:].T, alpha=-2, out=block)
         sq[start:stop, :start] = math.inf
     return sq.add_(sq_norms.unsqueeze(1))
-
