@@ -14,6 +14,7 @@ from pml_fieldlosses import losses
 from pml_fieldlosses.utils.loss_utils import (
     GatheredNormalizedRows,
     NormalizedRows,
+    row_blocks,
     scale_rows_for_normalize,
     unit_rows,
 )
@@ -289,24 +290,41 @@ def test_fused_normalization_equals_autograds_chain_bit_for_bit(data, dtype, see
 @settings(max_examples=30, deadline=None)
 @given(data=st.data(), dtype=st.sampled_from([torch.float32, torch.float64]), seed=st.integers(0, 2**16))
 def test_gathered_normalization_equals_autograds_chain_on_the_rows_bit_for_bit(data, dtype, seed):
-    """GatheredNormalizedRows (the potential losses' proxies in some pair, taken from the searches'
-    normalised proxies) gives normalize(x[rows]) and its gradient w.r.t. x bit for bit, for any
-    distinct rows of rows of any scale (zero rows, rows below eps), rows not taken getting 0."""
+    """GatheredNormalizedRows (the potential losses' points: the embeddings, then the proxies in
+    some pair, taken from the searches' normalised proxies) gives cat([head, normalize(x[rows])])
+    and its gradients w.r.t. head and x bit for bit, for any distinct rows (all of them too) of
+    rows of any scale (zero rows, rows below eps), in blocks of any size, rows not taken getting
+    0."""
     g = torch.Generator().manual_seed(seed)
     x = rows_of_scales(data.draw(log_scales(dtype)), dtype, g).to(DEVICE).requires_grad_()
-    rows = torch.randperm(len(x), generator=g)[: int(torch.randint(0, len(x) + 1, (), generator=g))].to(
-        DEVICE
-    )
-    upstream = torch.randn(len(rows), x.shape[1], generator=g, dtype=torch.float64).to(dtype).to(DEVICE)
+    num_rows = len(x) if data.draw(st.booleans()) else int(torch.randint(0, len(x) + 1, (), generator=g))
+    rows = torch.randperm(len(x), generator=g)[:num_rows].to(DEVICE)
+    head = torch.randn(int(torch.randint(0, 5, (), generator=g)), x.shape[1], generator=g, dtype=dtype)
+    head = head.to(DEVICE).requires_grad_()
+    block_rows = data.draw(st.integers(1, len(x) + 1))
+    upstream = torch.randn(len(head) + len(rows), x.shape[1], generator=g, dtype=torch.float64)
+    upstream = upstream.to(dtype).to(DEVICE)
     with torch.no_grad():
         normalized = torch.empty_like(x)
         _, norm = unit_rows(x, 1e-12, out=normalized)
         assert torch.equal(normalized, plain_normalize(x))
-    gathered = GatheredNormalizedRows.apply(x, rows, normalized, norm, 1e-12)
-    (gathered_grad,) = torch.autograd.grad(gathered, x, upstream)
-    chain = plain_normalize(torch.nn.functional.embedding(rows, x))
-    (chain_grad,) = torch.autograd.grad(chain, x, upstream)
-    assert torch.equal(gathered, chain) and torch.equal(gathered_grad, chain_grad)
+    gathered = GatheredNormalizedRows.apply(head, x, rows, normalized, norm, 1e-12, block_rows)
+    gathered_grads = torch.autograd.grad(gathered, [head, x], upstream)
+    chain = torch.cat([head, plain_normalize(torch.nn.functional.embedding(rows, x))])
+    chain_grads = torch.autograd.grad(chain, [head, x], upstream)
+    assert torch.equal(gathered, chain)
+    assert all(torch.equal(a, b) for a, b in zip(gathered_grads, chain_grads))
+
+
+@pytest.mark.parametrize("num_rows", [0, 1, 2, 3, 7, 8, 9])
+@pytest.mark.parametrize("block_rows", [0, 1, 2, 3, 8])
+def test_row_blocks_cover_the_rows_in_order_without_single_row_blocks(num_rows, block_rows):
+    """The backward blocks of GatheredNormalizedRows: every row once, in order, no block of one
+    row unless there is only one row."""
+    blocks = row_blocks(num_rows, block_rows)
+    assert [i for start, stop in blocks for i in range(start, stop)] == list(range(num_rows))
+    assert all(stop - start >= min(2, num_rows) for start, stop in blocks)
+    assert all(stop - start <= max(2, block_rows) + 1 for start, stop in blocks)
 
 
 def test_fused_normalization_second_derivative_is_autograds_chain():

@@ -236,15 +236,19 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         with torch.no_grad(), full_precision_matmul():  # the searches' rounding margins assume it
             points, norms = self.search_points(embeddings.detach(), raw_proxies.detach())
             pairs, same = self.candidate_pairs(points, B, point_labels)
+        gather_entries = self.gather_block_entries(points.device)
         if norms is None:
 
-            def proxy_points_at(rows):
-                return self.proxy_points(torch.nn.functional.embedding(rows, raw_proxies))
+            def points_with(rows):
+                return torch.cat([embeddings, self.proxy_points(torch.nn.functional.embedding(rows, raw_proxies))])
 
         else:  # the searches' normalised proxies and their norms, with NormalizedRows' gradient
 
-            def proxy_points_at(rows):
-                return GatheredNormalizedRows.apply(raw_proxies, rows, points[B:], norms, 1e-12)
+            def points_with(rows):
+                block_rows = gather_entries // points.shape[1]
+                return GatheredNormalizedRows.apply(
+                    embeddings, raw_proxies, rows, points[B:], norms, 1e-12, block_rows
+                )
 
         energies = scalable_energies(
             embeddings,
@@ -253,10 +257,10 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
             potential=self.pair_potential(),
             pairs=pairs,
             same=same,
-            proxy_points_at=proxy_points_at,
+            points_with=points_with,
             proxies_per_class=self.proxies_per_class,
             chunk_entries=self.chunk_entries,
-            gather_entries=self.gather_block_entries(points.device),
+            gather_entries=gather_entries,
         )
         if self.collect_stats:
             self.record_sparse_stats(same)

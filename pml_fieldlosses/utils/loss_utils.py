@@ -184,29 +184,63 @@ def normalized_rows_backward(grad, x, scale, normalized, norm, clamped, eps):
 
 
 class GatheredNormalizedRows(torch.autograd.Function):
-    """NormalizedRows(x[rows], eps, False) for distinct ``rows``, from ``normalized`` and ``norm``,
-    all of x's rows normalised and their norms (unit_rows, without gradient): the same
-    values and gradient w.r.t. x, bit for bit. The forward gathers the normalised rows instead of
-    gathering and normalising x's, and the backward writes each row's gradient into x's shape
-    directly (autograd's gather backward adds it into zeros; for distinct rows the same values).
-    First derivatives only."""
+    """torch.cat([head, NormalizedRows(x[rows], eps, False)]) for distinct ``rows``, from
+    ``normalized`` and ``norm``, all of x's rows normalised and their norms (unit_rows, without
+    gradient): the same values and gradients w.r.t. head and x, bit for bit. The forward copies
+    head and the gathered normalised rows into one output (instead of gathering and
+    normalising x's rows, then concatenating), and the backward computes x's gradient
+    ``block_rows`` rows at a time, writing each row's into x's shape directly (autograd's gather
+    backward adds them into zeros: for distinct rows the same values). At tens of thousands of
+    proxies every (rows, D) temporary is fresh memory from the system at every step (above the
+    C allocator's reuse threshold) and its page faults cost more than the arithmetic; the blocks'
+    temporaries stay small and are reused. A block is never a single row unless ``rows`` is
+    (a row's sum then stays a reduction over one row among others, in the same order). First
+    derivatives only."""
 
     @staticmethod
-    def forward(ctx, x, rows, normalized, norm, eps):
-        gathered, gathered_norm = normalized.index_select(0, rows), norm.index_select(0, rows)
-        ctx.save_for_backward(x, rows, gathered, gathered_norm)
-        ctx.eps = eps
-        return gathered
+    def forward(ctx, head, x, rows, normalized, norm, eps, block_rows):
+        B = len(head)
+        out = normalized.new_empty(B + len(rows), x.shape[1])
+        out[:B] = head
+        torch.index_select(normalized, 0, rows, out=out[B:])
+        ctx.save_for_backward(x, rows, out, norm.index_select(0, rows))
+        ctx.eps, ctx.head_rows, ctx.block_rows = eps, B, block_rows
+        return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        x, rows, normalized, norm = ctx.saved_tensors
+        x, rows, out, norm = ctx.saved_tensors
+        B = ctx.head_rows
+        head_grad = grad[:B] if ctx.needs_input_grad[0] else None
+        if not ctx.needs_input_grad[1]:
+            return head_grad, None, None, None, None, None, None
+        # distinct rows as many as x's: every row of x is written
+        x_grad = torch.empty_like(x) if len(rows) == len(x) else x.new_zeros(x.shape)
         clamped = norm.clamp_min(ctx.eps)
-        rows_grad = normalized_rows_backward(
-            grad, x.index_select(0, rows), None, normalized, norm, clamped, ctx.eps
-        )
-        return x.new_zeros(x.shape).index_copy_(0, rows, rows_grad), None, None, None, None
+        for start, stop in row_blocks(len(rows), ctx.block_rows):
+            block = rows[start:stop]
+            block_grad = normalized_rows_backward(
+                grad[B + start : B + stop],
+                x.index_select(0, block),
+                None,
+                out[B + start : B + stop],
+                norm[start:stop],
+                clamped[start:stop],
+                ctx.eps,
+            )
+            x_grad.index_copy_(0, block, block_grad)
+        return head_grad, x_grad, None, None, None, None, None
+
+
+def row_blocks(num_rows, block_rows):
+    """(start, stop) of consecutive blocks of ``block_rows`` rows (at least 2) covering
+    ``num_rows``, the last one merged into the one before if it would be a single row."""
+    step = max(2, block_rows)
+    starts = list(range(0, num_rows, step))
+    if len(starts) > 1 and num_rows - starts[-1] == 1:
+        starts.pop()
+    return list(zip(starts, starts[1:] + [num_rows]))
 
 
 def _row_scale(x):

@@ -86,24 +86,25 @@ def scalable_energies(
     potential,
     pairs,
     same,
-    proxy_points_at,
+    points_with,
     proxies_per_class,
     chunk_entries,
     gather_entries,
 ):
     """The same E_a as dense_energies, by the plateau decomposition: the plateau counts
     (plateau_energies) and the candidate pairs ``pairs`` (2, K) with their same-class mask
-    ``same``: a superset of the pairs off their plateau (pair_energies). ``proxy_points_at``
-    maps indices of the ``num_proxies`` learnable proxies to their points (the normalisation),
-    with the gradient to the proxies. The gradient goes through the proxies in some pair only:
-    the others add exact zeros, so the backward pass does not touch them."""
+    ``same``: a superset of the pairs off their plateau (pair_energies). ``points_with``
+    maps indices of the ``num_proxies`` learnable proxies to the pairs' points: the embeddings,
+    then those proxies' points (the normalisation), with the gradients to both. The gradient
+    goes through the proxies in some pair only: the others add exact zeros, so the backward
+    pass does not touch them."""
     B, n = len(embeddings), num_proxies
     # the pairs' points: all embeddings, and only the proxies in some pair (in order)
     # (every point marked, the embeddings' marks dropped: no boolean mask, no Python value
     # copied to the device, which a GPU would wait for)
     used = torch.zeros(B + n, dtype=torch.bool, device=pairs.device).index_fill_(0, pairs.flatten(), True)
     rows = used[B:].nonzero().squeeze(1)
-    points = torch.cat([embeddings, proxy_points_at(rows)])
+    points = points_with(rows)
     local = torch.empty_like(point_labels)
     local[:B] = torch.arange(B, device=local.device)
     local[B + rows] = torch.arange(B, len(points), device=local.device)
