@@ -240,7 +240,9 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         if norms is None:
 
             def points_with(rows):
-                return torch.cat([embeddings, self.proxy_points(torch.nn.functional.embedding(rows, raw_proxies))])
+                return torch.cat(
+                    [embeddings, self.proxy_points(torch.nn.functional.embedding(rows, raw_proxies))]
+                )
 
         else:  # the searches' normalised proxies and their norms, with NormalizedRows' gradient
 
