@@ -128,6 +128,32 @@ def test_upper_sq_distances_are_one_products_entries_above_its_diagonal_blocks(n
     assert torch.isinf(sq[~upper]).all() and (sq[~upper] > 0).all()
 
 
+@pytest.mark.parametrize("n, step", [(1, 1), (5, 1), (5, 2), (5, 5), (5, 8), (130, 17), (130, 64)])
+def test_bfloat16_upper_bounds_bound_the_distances_above_the_diagonal_blocks(n, step):
+    """Bfloat16Factors.upper_lower_bounds (the search of all pairs with bfloat16 products): on
+    and above its diagonal blocks of ``step`` rows, lower bounds of the squared distances, within
+    the width of them below ``near`` (as lower_bounds of every row), with the same values as
+    lower_bounds of the whole square there but for rounding of the products' sums; +inf below."""
+    g = torch.Generator().manual_seed(n + step)
+    points = torch.nn.functional.normalize(torch.randn(n, 40, generator=g), dim=1)
+    factors = Bfloat16Factors().update(points, n, 2**10)
+    exact = (points.double().unsqueeze(1) - points.double().unsqueeze(0)).pow(2).sum(dim=2)
+    blocks = torch.arange(n) // step
+    upper = blocks.unsqueeze(0) >= blocks.unsqueeze(1)  # (row, column): the column's block is not before
+    for near in [0.0, 0.16, 1.0, 2.0]:
+        scale, shift, width = factors.bounds(near)
+        lower = factors.upper_lower_bounds(scale, shift, step)
+        assert lower.dtype == torch.float32 and lower.shape == (n, n)
+        whole = factors.lower_bounds(0, n, 0, scale, shift)
+        lower, whole = lower.double(), whole.double()
+        assert (lower[upper] <= exact[upper]).all()
+        below = upper & (lower < near)
+        assert (exact[below] <= lower[below] + width).all(), (near, width)
+        # one bfloat16 rounding of the same sum in another order apart, at most
+        assert ((lower[upper] - whole[upper]).abs() <= 2.0**-7 * whole[upper].abs() + 1e-6).all()
+        assert torch.isinf(lower[~upper]).all() and (lower[~upper] > 0).all()
+
+
 @pytest.mark.parametrize("M", [1, 2, 3, 5])
 def test_class_pairs_are_those_whose_differences_square_above_the_threshold(M):
     """class_pairs: exactly the pairs (i < j) of one class whose ((p_i - p_j) ** 2).sum() (the

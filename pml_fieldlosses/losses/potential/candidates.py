@@ -74,10 +74,15 @@ def embedding_candidates(
     pairs, undecided = [], 0
     for start in range(0, num_rows, step):
         stop = min(start + step, num_rows)
-        if factors is None and stop - start == len(points) and points.device.type == "cpu":
+        if stop - start == len(points) and points.device.type == "cpu":
             # a search of all pairs in one block, on a CPU: about the upper triangle's products
-            # (a GPU, bound by kernel launches, takes the one product of all the square's)
-            sq = upper_sq_distances(points, sq_norms, block_rows(len(points), chunk_entries))
+            # (a GPU, bound by kernel launches, takes the one product of all the square's); in
+            # bfloat16 at least 4 blocks (block_rows), as the dense sweeps' (row_blocks)
+            if factors is None:
+                sq = upper_sq_distances(points, sq_norms, block_rows(len(points), chunk_entries))
+            else:
+                step_rows = block_rows(len(points), chunk_entries, min_blocks=4)
+                sq = factors.upper_lower_bounds(scale, shift, step_rows)
         elif factors is None:
             sq = sq_distance_block(points[start:stop], sq_norms[start:stop], points, sq_norms)
         else:
