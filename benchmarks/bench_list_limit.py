@@ -23,7 +23,7 @@ matrix products in float32 and in bfloat16 (the same proxies bit for bit too).
 classes that a lower bound of their distance from a K-column principal basis (the projected
 distance and the difference of the residual norms, both at most the distance) cannot put
 beyond the cutoff: the pairs a projection filter would still have to evaluate, at about
-``pair_cost`` matrix-product entries each (docs/performance.md, "The potential losses along
+``pair_cost`` matrix-product entries each (docs/performance-log.md, "The potential losses along
 training").
 
 ``--shell``: how the distances of the proxy pairs of different classes lie around the cutoff

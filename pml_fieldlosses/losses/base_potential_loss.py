@@ -62,14 +62,14 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
     # gathered coordinates per block when pairs are filtered by their distances, and per
     # block of the energies' coordinate differences, on a CPU (small blocks stay in its caches;
     # large fresh buffers cost page faults; smaller ones cost more operations: 2^18 took
-    # 2-3 % less per step than 2^17 at N = 400, see docs/performance.md); see
+    # 2-3 % less per step than 2^17 at N = 400, see docs/performance-log.md); see
     # gather_block_entries for other devices
     gather_entries = 2**18
     # dense=None uses the dense path while P * P * D is at most this
     dense_entries = 2**20
     # the scalable path searches all pairs of the P = B + N M points in one product (no
     # neighbour list) while P * P is at most this: at B = 256, D = 512 up to about 600
-    # classes of 2 proxies, where it took 0.73-0.99x the list's step (docs/performance.md)
+    # classes of 2 proxies, where it took 0.73-0.99x the list's step (docs/performance-log.md)
     all_pairs_entries = 2**21
     # skin of the proxy neighbour list, in units of repulsion_delta
     neighbor_skin = 1.0

@@ -436,7 +436,7 @@ class Bfloat16Factors:
         block's entries as the square's, as it did in the shapes measured here); +inf stays
         +inf when scaled (scale > 0). Measured on 2 CPU cores (AVX-512 with BF16, torch 2.13,
         2 threads), 1 056 points of 512 coordinates, with the scaling: 4 blocks 2.8 ms, one
-        product of the square 4.3 ms (docs/performance.md)."""
+        product of the square 4.3 ms (docs/performance-log.md)."""
         n = len(self.columns)
         bounds = self.columns.new_empty(n, n, dtype=torch.float32)
         for start in range(0, n, step):
@@ -545,7 +545,7 @@ def upper_sq_distances(points, sq_norms, step):
     as it sums the square's, as MKL did in the shapes measured here). Measured on 2 CPU cores
     (AVX2, torch 2.14.1, 2 threads) with the screening of entries_below after it: 1 056 points
     of 512 coordinates 6.9 ms against 9.8 ms in one product, 1 448 points 12.9 ms against
-    20.7 ms (docs/performance.md)."""
+    20.7 ms (docs/performance-log.md)."""
     n = len(points)
     sq = points.new_empty(n, n)
     for start in range(0, n, step):
