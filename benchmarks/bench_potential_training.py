@@ -183,7 +183,11 @@ class Run:
             record = {"seconds": seconds}
             if self.neighbors is not None:
                 moves = torch.linalg.vector_norm(normalised_proxies(self.loss_fn) - before, dim=1)
-                record.update(moves=moves.float().cpu(), mode=self.mode(), work=self.proxy_pair_work())
+                # as Python numbers: a small tensor kept from every timed step would be allocated
+                # among the loss's freed temporaries and pin the C allocator's heap, which then
+                # grows (fresh pages, page faults) at the next steps of the losses whose
+                # temporaries change size from step to step
+                record.update(moves=moves.tolist(), mode=self.mode(), work=self.proxy_pair_work())
             self.records[step] = record
         return loss.detach()
 
@@ -225,7 +229,7 @@ class Run:
         ms = 1e3 * statistics.mean(r["seconds"] for r in window)
         reference_ms = 1e3 * statistics.mean(reference.records[step]["seconds"] for step in steps)
         modes = [r["mode"] for r in window]
-        moved = torch.cat([r["moves"] for r in window])
+        moved = torch.cat([torch.as_tensor(r["moves"], dtype=torch.float32) for r in window])
         return (
             f"{stage} {ms:6.0f} ms vs {reference_ms:5.0f} ms x{ms / reference_ms:5.2f} ("
             + ", ".join(f"{m} {modes.count(m)}" for m in ["list", "dense", "build", "all"] if m in modes)

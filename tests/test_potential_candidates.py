@@ -109,41 +109,45 @@ def test_candidates_contain_every_pair_off_its_plateau(
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("n, step", [(1, 1), (5, 1), (5, 2), (5, 5), (5, 8), (130, 17), (130, 64)])
-def test_upper_sq_distances_are_one_products_entries_above_its_diagonal_blocks(n, step, dtype):
-    """upper_sq_distances: on and above its diagonal blocks of ``step`` rows, the squared
-    distances within the rounding slack the searches allow for (the entries of one product of all
-    points with all points, sq_distance_block, wherever the matrix library sums the products of a
-    block's entry in the same order: a single row may take another kernel); +inf below them."""
+def test_upper_sq_distances_are_one_products_entries_above_the_diagonal(n, step, dtype):
+    """upper_sq_distances in blocks of ``step`` rows: above the diagonal, the squared distances
+    within the rounding slack the searches allow for (the entries of one product of all points
+    with all points, sq_distance_block, wherever the matrix library sums the products of a
+    block's entry in the same order: a single row may take another kernel); +inf on and below
+    it, within the diagonal blocks too."""
     g = torch.Generator().manual_seed(n + step)
     points = torch.randn(n, 24, generator=g, dtype=dtype)
     sq_norms = torch.linalg.vector_norm(points, dim=1).square()
     whole = distances.sq_distance_block(points, sq_norms, points, sq_norms)
     sq = distances.upper_sq_distances(points, sq_norms, step)
-    blocks = torch.arange(n) // step
-    upper = blocks.unsqueeze(0) >= blocks.unsqueeze(1)  # (row, column): the column's block is not before
+    upper = torch.ones(n, n, dtype=torch.bool).triu(diagonal=1)  # (row, column): pairs i < j
     exact = (points.double().unsqueeze(1) - points.double().unsqueeze(0)).pow(2).sum(dim=2)
     slack = distances.rounding_slack(sq_norms.max().sqrt().item(), points.shape[1], dtype)
-    assert (sq[upper].double() - exact[upper]).abs().max() <= slack
-    assert (whole[upper].double() - exact[upper]).abs().max() <= slack
+    assert ((sq[upper].double() - exact[upper]).abs() <= slack).all()
+    assert ((whole[upper].double() - exact[upper]).abs() <= slack).all()
     assert torch.isinf(sq[~upper]).all() and (sq[~upper] > 0).all()
 
 
 @pytest.mark.parametrize("n, step", [(1, 1), (5, 1), (5, 2), (5, 5), (5, 8), (130, 17), (130, 64)])
-def test_bfloat16_upper_bounds_bound_the_distances_above_the_diagonal_blocks(n, step):
-    """Bfloat16Factors.upper_lower_bounds (the search of all pairs with bfloat16 products): on
-    and above its diagonal blocks of ``step`` rows, lower bounds of the squared distances, within
+def test_bfloat16_upper_bounds_bound_the_distances_above_the_diagonal(n, step):
+    """Bfloat16Factors.upper_lower_bounds (the search of all pairs with bfloat16 products) in
+    blocks of ``step`` rows: above the diagonal, lower bounds of the squared distances, within
     the width of them below ``near`` (as lower_bounds of every row), with the same values as
-    lower_bounds of the whole square there but for rounding of the products' sums; +inf below."""
+    lower_bounds of the whole square there but for rounding of the products' sums; +inf on and
+    below it. The output is kept and rewritten: the same at a second call, also after another
+    ``step`` and after the caller wrote into it."""
     g = torch.Generator().manual_seed(n + step)
     points = torch.nn.functional.normalize(torch.randn(n, 40, generator=g), dim=1)
     factors = Bfloat16Factors().update(points, n, 2**10)
     exact = (points.double().unsqueeze(1) - points.double().unsqueeze(0)).pow(2).sum(dim=2)
-    blocks = torch.arange(n) // step
-    upper = blocks.unsqueeze(0) >= blocks.unsqueeze(1)  # (row, column): the column's block is not before
+    upper = torch.ones(n, n, dtype=torch.bool).triu(diagonal=1)  # (row, column): pairs i < j
     for near in [0.0, 0.16, 1.0, 2.0]:
         scale, shift, width = factors.bounds(near)
+        other = factors.upper_lower_bounds(scale, shift, max(1, step // 2)).clone()
+        factors.upper_lower_bounds(scale, shift, step).fill_(-1.0)  # a caller's writes
         lower = factors.upper_lower_bounds(scale, shift, step)
         assert lower.dtype == torch.float32 and lower.shape == (n, n)
+        assert torch.equal(torch.isinf(other), torch.isinf(lower))
         whole = factors.lower_bounds(0, n, 0, scale, shift)
         lower, whole = lower.double(), whole.double()
         assert (lower[upper] <= exact[upper]).all()

@@ -8,12 +8,14 @@ for few points, from one search of all pairs here (embedding_candidates with eve
 Points are numbered as in energy.py: the B embeddings, then the N M proxies, class-major."""
 
 import itertools
+import math
 
 import torch
 
 from .distances import (
     block_rows,
     entries_below,
+    mask_earlier_columns,
     pair_sq_distances_in_blocks,
     rounding_slack,
     sq_distance_block,
@@ -83,18 +85,19 @@ def embedding_candidates(
             else:
                 step_rows = block_rows(len(points), chunk_entries, min_blocks=4)
                 sq = factors.upper_lower_bounds(scale, shift, step_rows)
-        elif factors is None:
-            sq = sq_distance_block(points[start:stop], sq_norms[start:stop], points, sq_norms)
         else:
-            sq = factors.lower_bounds(start, stop, 0, scale, shift)
+            if factors is None:
+                sq = sq_distance_block(points[start:stop], sq_norms[start:stop], points, sq_norms)
+            else:
+                sq = factors.lower_bounds(start, stop, 0, scale, shift)
+            mask_earlier_columns(sq, start)  # (upper_* did so for their blocks)
         row_same, col_same = same_class_entries(point_labels, B, proxies_per_class, start, stop)
         sq_same = sq[row_same, col_same]
-        # pairs of different classes that may be within repulsion_delta: the entries below it
-        # that are pairs i < j of different classes (not the row's own point or those before it,
-        # nor its own class: tested on those entries alone, not masked out of the whole block)
+        # pairs of different classes that may be within repulsion_delta: the entries below it, once
+        # the row's own class's (near it, read above) are +inf too: every finite entry left is a
+        # pair i < j of different classes
+        sq[row_same, col_same] = math.inf
         row, col = entries_below(sq, rep_threshold + low_slack)
-        pair = (col > row + start) & (point_labels[col] != point_labels[row + start])
-        row, col = row[pair], col[pair]
         near, near_undecided = decide(
             points, start, row, col, sq[row, col], low_slack, lambda sq: sq < rep_threshold, gather_entries
         )

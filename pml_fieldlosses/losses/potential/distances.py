@@ -288,6 +288,7 @@ class Bfloat16Factors:
         # take their largest: ``radius`` and ``error``)
         self.sq_norms = self.residuals = None
         self._block = None  # columns rounded again by update_rows, before they are put in place
+        self._square = None  # upper_lower_bounds' (n, n) float32 output (kept: see there)
         self.radius = 0.0  # >= ||p - p~|| + ||q - q~|| for any two points
         self.error = 0.0  # >= |float32 sum of an entry's products - ||p~ - q~||^2|
 
@@ -428,22 +429,26 @@ class Bfloat16Factors:
 
     def upper_lower_bounds(self, scale, shift, step):
         """lower_bounds(0, n, 0, scale, shift) with every point a row (the search of all
-        pairs), on and above its diagonal blocks of ``step`` rows, and +inf below them (entries
-        of no pair i < j): each block of rows multiplied by the columns from its first row on
-        only, as upper_sq_distances does in float32, so that the products cover about the upper
+        pairs), above the diagonal, and +inf on and below it (entries of no pair i < j): each
+        block of ``step`` rows multiplied by the columns from its first row on only, as
+        upper_sq_distances does in float32, so that the products cover about the upper
         triangle. Each entry is one bfloat16 product of the same row and column, whose bounds
         hold whatever the order of its sums (the same values bit for bit where oneDNN sums a
         block's entries as the square's, as it did in the shapes measured here); +inf stays
         +inf when scaled (scale > 0). Measured on 2 CPU cores (AVX-512 with BF16, torch 2.13,
         2 threads), 1 056 points of 512 coordinates, with the scaling: 4 blocks 2.8 ms, one
-        product of the square 4.3 ms (docs/performance-log.md)."""
+        product of the square 4.3 ms (docs/performance-log.md).
+        The output is kept between calls and written in place (a fresh n x n tensor, 4.4 MB at
+        1 056 points, cost 1 000 page faults, about 1 ms, whenever the C allocator took it from
+        the system): a view of it is not to be kept across calls."""
         n = len(self.columns)
-        bounds = self.columns.new_empty(n, n, dtype=torch.float32)
+        square = self._square = kept_buffer(self._square, (n, n), self.columns, torch.float32)
         for start in range(0, n, step):
             stop = min(start + step, n)
-            bounds[start:stop, start:] = torch.mm(self._row_buffer[start:stop], self.columns[start:].T)
-            bounds[start:stop, :start] = math.inf
-        return bounds.mul_(scale).sub_(shift)
+            block = square[start:stop, start:]
+            block.copy_(torch.mm(self._row_buffer[start:stop], self.columns[start:].T))
+            mask_earlier_columns(square[start:stop], start)
+        return square.mul_(scale).sub_(shift)
 
 
 def padded_step(step, n, chunk_entries):
@@ -535,9 +540,30 @@ def sq_distance_block(rows, row_sq_norms, columns, column_sq_norms):
     return sq.add_(row_sq_norms.unsqueeze(1))
 
 
+@functools.lru_cache(maxsize=16)
+def earlier_entries(rows, dtype, device):
+    """(rows, rows) of ``dtype``: +inf on and below the diagonal, 0 above it (mask_earlier_columns
+    adds it). Kept per shape: the same few blocks come at every step."""
+    ones = torch.ones(rows, rows, dtype=torch.bool, device=device)
+    return torch.zeros(rows, rows, dtype=dtype, device=device).masked_fill_(ones.tril(), math.inf)
+
+
+def mask_earlier_columns(sq, start):
+    """Sets to +inf the entries of a block of a search that are no pair of its row with a later
+    point: row r is the point start + r, column c the point c, and the entries with c <= start + r
+    are the point itself (distance 0) and pairs already found from the earlier row. Left finite,
+    they would be found below every threshold and dropped one by one; +inf, the screening of
+    entries_below skips them. The square of columns start:start + rows by adding earlier_entries
+    (4 times as fast as a masked_fill_ on a CPU): an entry plus 0 is itself (-0.0 becomes 0.0, the
+    same in any comparison), plus +inf is +inf (or NaN, which is below no threshold either)."""
+    rows = len(sq)
+    sq[:, :start] = math.inf
+    sq[:, start : start + rows].add_(earlier_entries(rows, sq.dtype, sq.device))
+
+
 def upper_sq_distances(points, sq_norms, step):
-    """sq_distance_block(points, sq_norms, points, sq_norms) on and above its diagonal blocks of
-    ``step`` rows, and +inf below them (entries of no pair i < j): each block of rows multiplied
+    """sq_distance_block(points, sq_norms, points, sq_norms) above the diagonal, and +inf on and
+    below it (entries of no pair i < j; mask_earlier_columns): each block of ``step`` rows multiplied
     by the points from its first row on only, so that the products cover about the upper
     triangle (with 8 blocks, n^2 / 2 entries plus an eighth of that), not the whole n x n
     square. The same expression, whose rounding rounding_slack bounds whatever the order of a
@@ -552,5 +578,6 @@ def upper_sq_distances(points, sq_norms, step):
         stop = min(start + step, n)
         block = sq[start:stop, start:]
         torch.addmm(sq_norms[start:].unsqueeze(0), points[start:stop], points[start:].T, alpha=-2, out=block)
-        sq[start:stop, :start] = math.inf
-    return sq.add_(sq_norms.unsqueeze(1))
+        block.add_(sq_norms[start:stop].unsqueeze(1))
+        mask_earlier_columns(sq[start:stop], start)
+    return sq
