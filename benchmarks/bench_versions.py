@@ -2,6 +2,7 @@
 
     python benchmarks/bench_versions.py --other ../an-older-checkout
     python benchmarks/bench_versions.py --other ../an-older-checkout --num-classes 2000 --states 1 300 2970
+    python benchmarks/bench_versions.py --other ../an-older-checkout --load-state sop.pt --states 0 100
 
 A speed change of a few percent is below the spread of separate runs of
 ``bench_potential_training.py`` (about +-0.1 in its ratios on a 2-core machine).
@@ -23,6 +24,11 @@ times them) in turn; the first pass warms up (kernels for new shapes, buffers)
 and is not counted. Printed per state and loss: the median step
 of each, the ratios to ProxyAnchorLoss, this version's step over the other's,
 and whether both gave the same loss at every step (exact losses: they must).
+
+``--load-state PATH`` starts from a state saved by ``bench_potential_training.py
+--save-state`` (the end of a long SOP-scale run, say): its settings (classes,
+data, sizes, learning rates, seed) replace those options, the losses compared
+are those it holds, and ``--states`` counts the training steps after it.
 """
 
 import argparse
@@ -33,9 +39,24 @@ import sys
 from pathlib import Path
 
 import torch
-from bench_potential_training import DATA, LOSSES, Data, Run, make_loss
+from bench_potential_training import DATA, LOSSES, Data, Run, StateFileError, make_loss, read_state
 from device import add_device_options, check_device
 from pytorch_metric_learning import losses as pml_losses
+
+
+# what a state loaded with --load-state sets (the trajectory it continues)
+STATE_SETTINGS = [
+    "num_classes",
+    "data",
+    "batch_size",
+    "embedding_size",
+    "input_size",
+    "delta",
+    "trunk_lr",
+    "proxy_lr_factor",
+    "losses",
+    "seed",
+]
 
 
 def load_other(parser, folder):
@@ -108,6 +129,11 @@ def main():
     parser.add_argument("--proxy-lr-factor", type=float, default=100.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument(
+        "--load-state",
+        metavar="PATH",
+        help="start from a state saved by bench_potential_training.py --save-state (its settings apply)",
+    )
     add_device_options(parser)
     args = parser.parse_args()
     device = check_device(parser, args)
@@ -121,6 +147,14 @@ def main():
     other = load_other(parser, args.other)
     if args.threads:
         torch.set_num_threads(args.threads)
+    state = None
+    if args.load_state:
+        try:
+            state = read_state(args.load_state, None, device)
+        except StateFileError as error:
+            parser.error(str(error))
+        for key in STATE_SETTINGS:
+            setattr(args, key, state["settings"][key])
     torch.manual_seed(args.seed)
     C, D = args.num_classes, args.embedding_size
     data = Data(
@@ -135,6 +169,12 @@ def main():
         )
         for name in args.losses
     }
+    if state is not None:
+        data.generator.set_state(state["data_generator"].cpu())
+        torch.set_rng_state(state["torch_rng"].cpu())
+        for name, run in runs.items():
+            run.load(state["runs"][name])
+        print(f"from {args.load_state}: step {state['step']} of its trajectory", flush=True)
     print(f"device={device} threads={torch.get_num_threads()} N={C}; other: {args.other}", flush=True)
     step = 0
     for state in sorted(set(args.states)):

@@ -229,7 +229,7 @@ def refusal(script, args):
     return subprocess.run(command, check=False, capture_output=True, text=True, timeout=300)
 
 
-def test_potential_training_state_resumes_and_feeds_the_list_limit_benchmark(tmp_path):
+def test_potential_training_state_resumes_and_feeds_the_list_limit_and_versions_benchmarks(tmp_path):
     state = tmp_path / "state.pt"
     out = run_script("bench_potential_training.py", f"{TINY_TRAJECTORY} --save-state {state} --stop-at 20")
     assert "stopped after step 20" in out and state.exists(), out
@@ -239,6 +239,17 @@ def test_potential_training_state_resumes_and_feeds_the_list_limit_benchmark(tmp
     other = [*TINY_TRAJECTORY.split(), "--delta", "0.3", "--load-state", str(state)]
     result = refusal("bench_potential_training.py", other)
     assert result.returncode == 2 and "--delta 0.4 (this run: 0.3)" in result.stderr, result.stderr
+
+    # bench_versions.py goes on from the state, with its settings (not the options' defaults)
+    root = BENCHMARKS.parent
+    out = run_script(
+        "bench_versions.py", f"--other {root} --load-state {state} --states 0 2 --window 2 --passes 2 --threads 1"
+    )
+    assert f"from {state}: step 20 of its trajectory" in out, out
+    lines = [line for line in out.splitlines() if line.startswith("N=300")]
+    assert len(lines) == 4 and all(line.endswith("same losses: yes") for line in lines), out
+    result = refusal("bench_versions.py", ["--other", str(root), "--load-state", str(tmp_path / "none.pt")])
+    assert result.returncode == 2 and "--load-state" in result.stderr.splitlines()[-1], result.stderr
 
     args = (
         f"{state} --loss PFML --limits 1 4 --products float32 bfloat16 --steps 6 --skip 2 --threads 1"

@@ -6,8 +6,10 @@ pair distances equals autograd's; and the scalable path equals the dense path in
 where those searches leave pairs out (embeddings on their own proxies, classes whose proxies
 are all within delta)."""
 
+import gc
 import subprocess
 import sys
+import weakref
 
 import pytest
 import torch
@@ -21,9 +23,11 @@ from pml_fieldlosses.losses.potential.distances import (
     Bfloat16Factors,
     PairSqDistances,
     entries_below,
+    pair_differences,
     pair_sq_distances_in_blocks,
     padded_rows,
 )
+from pml_fieldlosses.losses.potential.energy import pair_energies
 
 from .helpers import assert_close, gradients, pair_set
 from .naive_potential import check_dense_reference
@@ -420,10 +424,12 @@ def plain_pair_sq_distances(points, pairs):
     return torch.sum((ends[0] - ends[1]).pow(2), dim=1)
 
 
+@pytest.mark.parametrize("keep", [True, False], ids=["kept", "computed-again"])
 @pytest.mark.parametrize("num_pairs", [0, 1, 40])
-def test_pair_sq_distances_gradient_in_closed_form_equals_autograd(num_pairs):
+def test_pair_sq_distances_gradient_in_closed_form_equals_autograd(num_pairs, keep):
     """PairSqDistances: the same values as plain_pair_sq_distances and the same gradient as autograd
-    through it (repeated points, a pair of a point with itself), and gradcheck in float64."""
+    through it (repeated points, a pair of a point with itself), and gradcheck in float64, with
+    the differences kept for the backward pass or computed again there."""
     g = torch.Generator().manual_seed(num_pairs)
     points = torch.randn(7, 5, generator=g, dtype=torch.float64, requires_grad=True)
     pairs = torch.randint(0, 7, (2, num_pairs), generator=g)
@@ -431,14 +437,14 @@ def test_pair_sq_distances_gradient_in_closed_form_equals_autograd(num_pairs):
         pairs[:, 0] = 3  # a point with itself: zero distance, zero gradient
     weights = torch.randn(num_pairs, generator=g, dtype=torch.float64)
 
-    ours = PairSqDistances.apply(points, pairs, 2**17)
+    ours = PairSqDistances.apply(points, pairs, 2**17, keep)
     reference = plain_pair_sq_distances(points, pairs)
     assert torch.equal(ours, reference)
     (grad,) = gradients((ours * weights).sum(), [points]) if num_pairs else (torch.zeros(7, 5),)
     (expected,) = gradients((reference * weights).sum(), [points]) if num_pairs else (torch.zeros(7, 5),)
     assert_close(grad, expected, torch.float64)
     if num_pairs:
-        assert torch.autograd.gradcheck(lambda p: PairSqDistances.apply(p, pairs, 2**17), (points,))
+        assert torch.autograd.gradcheck(lambda p: PairSqDistances.apply(p, pairs, 2**17, keep), (points,))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
@@ -478,11 +484,13 @@ def test_blocked_pair_sq_distances_equal_the_plain_ones_bit_for_bit(dtype, dim):
         )
 
 
+@pytest.mark.parametrize("keep", [True, False], ids=["kept", "computed-again"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-def test_pair_sq_distances_in_blocks_equal_one_block_bit_for_bit(dtype):
+def test_pair_sq_distances_in_blocks_equal_one_block_bit_for_bit(dtype, keep):
     """PairSqDistances gathers ``gather_entries`` coordinates at a time: any block size gives
     the values and gradients of one block, bit for bit (each point's gradient added up in the
-    same order), so the block size changes the memory a step touches, never the result."""
+    same order), so the block size changes the memory a step touches, never the result; so
+    does computing the differences again in the backward pass instead of keeping them."""
     g = torch.Generator().manual_seed(5)
     points = torch.randn(30, 16, generator=g, dtype=dtype, requires_grad=True)
     pairs = torch.randint(0, 30, (2, 200), generator=g)
@@ -490,9 +498,44 @@ def test_pair_sq_distances_in_blocks_equal_one_block_bit_for_bit(dtype):
     whole = PairSqDistances.apply(points, pairs, 200 * 16)
     (whole_grad,) = torch.autograd.grad(whole, [points], weights)
     for gather_entries in [1, 16, 17, 5 * 16, 199 * 16]:
-        blocks = PairSqDistances.apply(points, pairs, gather_entries)
+        blocks = PairSqDistances.apply(points, pairs, gather_entries, keep)
         (grad,) = torch.autograd.grad(blocks, [points], weights)
         assert torch.equal(blocks, whole) and torch.equal(grad, whole_grad), gather_entries
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_pair_energies_in_several_blocks_keep_no_differences(dtype, monkeypatch):
+    """pair_energies with more pairs than one block of ``chunk_entries`` coordinates: no block's
+    K x D coordinate differences is alive between the forward and the backward pass (each is
+    computed again in its block's backward pass, one block at a time), and the energies and
+    gradients are those of one block (up to the order of the blocks' sums). With one block they
+    are kept."""
+    made = []
+
+    def recorded(points, pairs, gather_entries):
+        diff, sq = pair_differences(points, pairs, gather_entries)
+        made.append(weakref.ref(diff))
+        return diff, sq
+
+    monkeypatch.setattr(distances, "pair_differences", recorded)
+    g = torch.Generator().manual_seed(11)
+    points = torch.randn(40, 16, generator=g, dtype=dtype, requires_grad=True)
+    pairs = torch.randint(0, 40, (2, 500), generator=g)
+    same = torch.rand(500, generator=g) < 0.3
+    potential = losses.PotentialFieldLoss(4, 16, delta=0.5).pair_potential()
+    weights = torch.randn(40, generator=g, dtype=dtype)
+    results = {}
+    for chunk_entries in [500 * 16, 64 * 16]:  # one block; eight blocks
+        made.clear()
+        energies = pair_energies(points, pairs, same, potential, chunk_entries, 5 * 16)
+        gc.collect()
+        alive = sum(ref() is not None for ref in made)
+        assert alive == (1 if chunk_entries == 500 * 16 else 0), (chunk_entries, alive, len(made))
+        (grad,) = torch.autograd.grad(energies, [points], weights)
+        results[chunk_entries] = energies, grad
+    (one, one_grad), (several, several_grad) = results.values()
+    assert_close(several, one, dtype)
+    assert_close(several_grad, one_grad, dtype)
 
 
 @pytest.mark.parametrize("loss_name", ["PotentialFieldLoss", "ContrastivePotentialLoss"])

@@ -182,10 +182,10 @@ def test_weight_regularizer_on_proxies():
 
 
 @pytest.mark.parametrize("search", SEARCHES)
-def test_chunked_and_checkpointed_paths_match_naive(search):
-    """Tiny blocks: every block loop runs many times, the pair energies are
-    checkpointed, and the search of all pairs or the neighbour list runs in many
-    blocks."""
+def test_chunked_paths_match_naive(search):
+    """Tiny blocks: every block loop runs many times, the pair energies run in
+    many blocks whose differences are computed again in the backward pass, and
+    the search of all pairs or the neighbour list runs in many blocks."""
     g = generator_for("chunks")
     build, naive = PFML_CASES["delta0.6_alpha6_rdelta1.1"]
     labels = [0, 0, 2, 2, 2, 5, 5, 1, 8, 8, 3]

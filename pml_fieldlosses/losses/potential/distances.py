@@ -78,21 +78,26 @@ class PairSqDistances(torch.autograd.Function):
     a gather backward). The values of the plain expression ((points[i] - points[j]) ** 2).sum(1),
     bit for bit; first derivatives only.
 
-    The differences are saved in one K x D buffer, filled ``gather_entries`` coordinates at a
-    time, and the only other temporary is one block's size, written in place by every block:
-    on a CPU, K x D temporaries of a few MB each are fresh memory at every step (the allocator
-    hands it back to the system between steps) and their page faults cost more than the
-    arithmetic. The backward pass scales that buffer in place into the terms 2 g diff and adds
-    them up with one index_add per side: all first points, then all second points, each in the
-    pairs' order, the order of one block (block by block, it took 28 operations per 512 pairs
-    and about twice the time). A second backward pass through the same graph (retain_graph)
-    finds the buffer scaled and computes the differences again from the saved points. Each
-    pair's value and each point's gradient are computed as in one block, in the same order (bit
-    for bit)."""
+    With ``keep_differences`` the differences are kept for the backward pass in one K x D
+    buffer, filled ``gather_entries`` coordinates at a time, and the only other temporary is one
+    block's size, written in place by every block: on a CPU, K x D temporaries of a few MB each
+    are fresh memory at every step (the allocator hands it back to the system between steps)
+    and their page faults cost more than the arithmetic. Without it (the caller's memory bound
+    for many pairs) the forward pass writes the values only, and the backward pass computes the
+    differences again from the saved points. The backward pass scales the differences in place
+    into the terms 2 g diff and adds them up with one index_add per side: all first points,
+    then all second points, each in the pairs' order, the order of one block (block by block,
+    it took 28 operations per 512 pairs and about twice the time). A second backward pass
+    through the same graph (retain_graph) finds the buffer scaled and computes the differences
+    again. Each pair's value and each point's gradient are computed as in one block, in the
+    same order (bit for bit)."""
 
     @staticmethod
-    def forward(ctx, points, pairs, gather_entries):
-        diff, sq = pair_differences(points, pairs, gather_entries)
+    def forward(ctx, points, pairs, gather_entries, keep_differences=True):
+        if keep_differences:
+            diff, sq = pair_differences(points, pairs, gather_entries)
+        else:
+            diff, sq = None, pair_sq_distances_in_blocks(points, pairs, gather_entries)
         ctx.save_for_backward(points, pairs)
         ctx.diff, ctx.gather_entries = diff, gather_entries
         return sq
@@ -102,13 +107,13 @@ class PairSqDistances(torch.autograd.Function):
     def backward(ctx, grad):
         points, pairs = ctx.saved_tensors
         terms, ctx.diff = ctx.diff, None
-        if terms is None:  # scaled by an earlier backward pass: the differences again
+        if terms is None:  # not kept, or scaled by an earlier backward pass: the differences again
             terms, _ = pair_differences(points, pairs, ctx.gather_entries)
         terms.mul_((2 * grad).unsqueeze(1))
         grad_points = terms.new_zeros(points.shape)
         grad_points.index_add_(0, pairs[0], terms)
         grad_points.index_add_(0, pairs[1], terms, alpha=-1)
-        return grad_points, None, None
+        return grad_points, None, None, None
 
 
 def pair_differences(points, pairs, gather_entries):

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from ...utils.loss_utils import index_counts
 from .distances import PairSqDistances
@@ -123,26 +122,25 @@ def plateau_energies(point_labels, num_classes, potential, dtype):
 
 def pair_energies(points, pairs, same, potential, chunk_entries, gather_entries):
     """Per point: the sum over the given pairs containing it of phi - plateau, each unordered
-    pair added to both of its points (two ordered terms of U). In blocks, recomputed in the
-    backward pass when there are several, so memory is bounded. With no pairs at all, one empty
-    block still runs, so that the energies depend on the points (zero gradients, as the dense
-    path gives, not a value without a graph)."""
+    pair added to both of its points (two ordered terms of U). In blocks of pairs of at most
+    ``chunk_entries`` coordinates: with one block its coordinate differences are kept for the
+    backward pass; with several, each block's are computed again in its backward pass
+    (PairSqDistances' ``keep_differences``), so that memory holds one block's differences
+    whatever the number of pairs (the other terms kept are a few numbers per pair). With no
+    pairs at all, one empty block still runs, so that the energies depend on the points (zero
+    gradients, as the dense path gives, not a value without a graph)."""
     energies = points.new_zeros(len(points))
     step = max(1, chunk_entries // points.shape[1])
-    use_checkpoint = torch.is_grad_enabled() and points.requires_grad and pairs.shape[1] > step
+    keep_differences = pairs.shape[1] <= step
     for start in range(0, max(1, pairs.shape[1]), step):
         block, block_same = pairs[:, start : start + step], same[start : start + step]
-        if use_checkpoint:
-            terms = checkpoint(
-                block_energies, points, block, block_same, potential, gather_entries, use_reentrant=False
-            )
-        else:
-            terms = block_energies(points, block, block_same, potential, gather_entries)
+        terms = block_energies(points, block, block_same, potential, gather_entries, keep_differences)
         energies = energies.index_add(0, block[0], terms).index_add(0, block[1], terms)
     return energies
 
 
-def block_energies(points, pairs, same, potential, gather_entries):
+def block_energies(points, pairs, same, potential, gather_entries, keep_differences=True):
     """phi - plateau of each of the (2, K) ``pairs``, from their coordinate differences
-    (gathered ``gather_entries`` coordinates at a time)."""
-    return potential.off_plateau(PairSqDistances.apply(points, pairs, gather_entries), same)
+    (gathered ``gather_entries`` coordinates at a time; PairSqDistances)."""
+    sq = PairSqDistances.apply(points, pairs, gather_entries, keep_differences)
+    return potential.off_plateau(sq, same)
