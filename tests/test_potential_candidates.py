@@ -6,7 +6,9 @@ pair distances equals autograd's; and the scalable path equals the dense path in
 where those searches leave pairs out (embeddings on their own proxies, classes whose proxies
 are all within delta)."""
 
+import copy
 import gc
+import pickle
 import subprocess
 import sys
 import weakref
@@ -536,6 +538,42 @@ def test_pair_energies_in_several_blocks_keep_no_differences(dtype, monkeypatch)
     (one, one_grad), (several, several_grad) = results.values()
     assert_close(several, one, dtype)
     assert_close(several_grad, one_grad, dtype)
+
+
+@pytest.mark.parametrize("loss_name", ["PotentialFieldLoss", "ContrastivePotentialLoss"])
+def test_a_used_loss_pickles_and_copies_without_its_caches(loss_name):
+    """After a forward pass (its caches filled, its graph alive) a loss pickles (as Ray and
+    multiprocessing send it) and deep-copies, and the copy gives the same loss."""
+    g = torch.Generator().manual_seed(6)
+    loss_fn = getattr(losses, loss_name)(20, 8, delta=0.6, dense=False)
+    x, labels = torch.randn(16, 8, generator=g, requires_grad=True), torch.randint(0, 20, (16,), generator=g)
+    loss = loss_fn(x, labels)
+    for copied in (pickle.loads(pickle.dumps(loss_fn)), copy.deepcopy(loss_fn)):
+        assert torch.equal(copied(x, labels), loss)
+
+
+@pytest.mark.parametrize("loss_name", ["PotentialFieldLoss", "ContrastivePotentialLoss"])
+def test_two_forward_passes_before_one_backward_pass_give_each_its_own_gradient(loss_name):
+    """A loss called twice before one backward pass (two batches' losses added up): the second
+    call overwrites nothing the first graph holds (the buffers the losses keep between calls
+    serve their searches only), so the gradients are those of two separate backward passes."""
+    g = torch.Generator().manual_seed(4)
+    loss_fn = getattr(losses, loss_name)(20, 8, delta=0.6, dense=False).double()
+    batches = [
+        (torch.randn(16, 8, generator=g, dtype=torch.float64), torch.randint(0, 20, (16,), generator=g))
+        for _ in range(2)
+    ]
+    separate = []
+    for x, labels in batches:
+        x.requires_grad_(True)
+        loss_fn.zero_grad()
+        loss_fn(x, labels).backward()
+        separate.append(x.grad.clone())
+        x.grad = None
+    loss_fn.zero_grad()
+    total = sum(loss_fn(x, labels) for x, labels in batches)
+    total.backward()
+    assert torch.equal(batches[0][0].grad, separate[0]) and torch.equal(batches[1][0].grad, separate[1])
 
 
 @pytest.mark.parametrize("loss_name", ["PotentialFieldLoss", "ContrastivePotentialLoss"])
