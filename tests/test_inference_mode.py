@@ -9,6 +9,7 @@ import torch
 from pytorch_metric_learning.losses import ProxyAnchorLoss
 
 from pml_fieldlosses import losses
+from pml_fieldlosses.losses.potential import distances
 from pml_fieldlosses.models import RelationalEmbedder
 
 from .loss_registry import ALL_LOSSES
@@ -95,6 +96,32 @@ def test_a_neighbour_list_made_under_inference_mode_serves_training(loss_name):
         assert torch.equal(loss_fn.proxies, reference.proxies)
     assert loss_fn.neighbor_list.stats.num_builds >= 1
     assert torch.equal(loss_fn(inputs(seed=9), LABELS), reference(inputs(seed=9), LABELS))
+
+
+@pytest.mark.parametrize("bfloat16", [True, False], ids=["bfloat16-products", "float32-products"])
+@pytest.mark.parametrize("loss_name", ["PotentialField_scalable", "ContrastivePotential_scalable"])
+def test_the_search_of_all_pairs_first_run_under_inference_mode_serves_training(
+    loss_name, bfloat16, monkeypatch
+):
+    """The search of all pairs (float32 points, its products bfloat16 or not) first runs under
+    inference mode, where the buffers it keeps between calls are made; training steps after it
+    write into them: the same values and proxies as a loss trained without that call."""
+    monkeypatch.setattr(distances.Bfloat16Choice, "min_multiply_adds", 0)  # bfloat16 at any size
+    torch.manual_seed(0)
+    loss_fn = LOSSES[loss_name]()
+    loss_fn.bfloat16_search = bfloat16
+    reference = copy.deepcopy(loss_fn)
+    optimizers = [torch.optim.Adam(m.parameters(), lr=0.2) for m in (loss_fn, reference)]
+    with torch.inference_mode():
+        loss_fn(inputs(torch.float32, seed=1), LABELS)
+    for step in range(3):
+        x = inputs(torch.float32, seed=step + 2)
+        for module, optimizer in zip((loss_fn, reference), optimizers):
+            optimizer.zero_grad()
+            module(x, LABELS).backward()
+            optimizer.step()
+        assert torch.equal(loss_fn.proxies, reference.proxies)
+    assert loss_fn.neighbor_list.state is None  # (the search of all pairs, no list)
 
 
 @pytest.mark.parametrize("loss_name", LOSSES)

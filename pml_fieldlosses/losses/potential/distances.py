@@ -447,7 +447,9 @@ class Bfloat16Factors:
         1 056 points, cost 1 000 page faults, about 1 ms, whenever the C allocator took it from
         the system): a view of it is not to be kept across calls."""
         n = len(self.columns)
-        square = self._square = kept_buffer(self._square, (n, n), self.columns, torch.float32)
+        # an ordinary tensor also under torch.inference_mode(): later calls write it in place
+        with torch.inference_mode(False):
+            square = self._square = kept_buffer(self._square, (n, n), self.columns, torch.float32)
         for start in range(0, n, step):
             stop = min(start + step, n)
             block = square[start:stop, start:]
