@@ -39,23 +39,23 @@ import sys
 from pathlib import Path
 
 import torch
-from bench_potential_training import DATA, LOSSES, Data, Run, StateFileError, make_loss, read_state
+from bench_potential_training import (
+    DATA,
+    LOSSES,
+    TRAJECTORY_SETTINGS,
+    Data,
+    Run,
+    StateFileError,
+    make_loss,
+    read_state,
+)
 from device import add_device_options, check_device
 from pytorch_metric_learning import losses as pml_losses
 
 
-# what a state loaded with --load-state sets (the trajectory it continues)
-STATE_SETTINGS = [
-    "num_classes",
-    "data",
-    "batch_size",
-    "embedding_size",
-    "input_size",
-    "delta",
-    "trunk_lr",
-    "proxy_lr_factor",
-    "losses",
-    "seed",
+# what a state loaded with --load-state sets: its trajectory's settings, but those of the windows
+STATE_SETTINGS = ["num_classes"] + [
+    key for key in TRAJECTORY_SETTINGS if key not in ("steps", "window", "middle_median")
 ]
 
 

@@ -37,7 +37,8 @@ def embedding_candidates(
     num_rows=None,
 ):
     """The candidate pairs (i < j) with an embedding in them, as a list of (2, K) index tensors
-    (one per block of rows, each in the canonical order), and how many entries bfloat16
+    (one per block of rows, in no particular order: canonical_order sorts them all), and how
+    many entries bfloat16
     products left undecided (0 without them): same-class pairs that may be farther
     apart than ``delta`` and pairs of different classes that may be closer than
     ``repulsion_delta`` (``points``: the ``num_embeddings`` embeddings, then the proxies as
@@ -116,7 +117,6 @@ def embedding_candidates(
         # one boolean mask over both kinds of entries (a GPU waits for each)
         entries = torch.cat([torch.stack([row, col]), torch.stack([row_same, col_same])], 1)
         found = entries[:, torch.cat([near, far])]
-        found = found[:, (found[0] * len(points) + found[1]).argsort()]
         found[0] += start
         pairs.append(found)
     return pairs, undecided
