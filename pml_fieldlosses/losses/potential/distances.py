@@ -547,10 +547,11 @@ def sq_distance_block(rows, row_sq_norms, columns, column_sq_norms):
     return sq.add_(row_sq_norms.unsqueeze(1))
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=8)
 def earlier_entries(rows, dtype, device):
     """(rows, rows) of ``dtype``: +inf on and below the diagonal, 0 above it (mask_earlier_columns
-    adds it). Kept per shape: the same few blocks come at every step."""
+    adds it). Kept per shape: the same few blocks come at every step (on a CPU blocks of a few
+    hundred rows; on a GPU the search of all pairs is one block, up to about 1 450 rows, 8 MB)."""
     ones = torch.ones(rows, rows, dtype=torch.bool, device=device)
     return torch.zeros(rows, rows, dtype=dtype, device=device).masked_fill_(ones.tril(), math.inf)
 
