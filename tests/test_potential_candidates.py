@@ -541,7 +541,7 @@ def test_pair_energies_in_several_blocks_keep_no_differences(dtype, monkeypatch)
 
 
 @pytest.mark.parametrize("loss_name", ["PotentialFieldLoss", "ContrastivePotentialLoss"])
-def test_a_used_loss_pickles_and_copies_without_its_caches(loss_name):
+def test_a_used_loss_pickles_and_deep_copies(loss_name):
     """After a forward pass (its caches filled, its graph alive) a loss pickles (as Ray and
     multiprocessing send it) and deep-copies, and the copy gives the same loss."""
     g = torch.Generator().manual_seed(6)
