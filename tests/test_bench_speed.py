@@ -206,3 +206,57 @@ def test_the_runs_multi_tensor_adamw_gives_the_default_adamws_parameters_bit_for
     for name in fast:
         for a, b in zip(fast[name].parameters(), plain[name].parameters()):
             assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_runs_gradient_clipper_gives_the_gradients_of_torchs_clip_grad_norm(dtype):
+    """bench.run.GradClipper leaves out torch's scaling by exactly 1 (a norm up to max_norm):
+    the gradients are clip_grad_norm_'s bit for bit at norms far below, just below, at, within
+    torch's 1e-6 of and above max_norm, zero, inf and NaN; it counts the steps and those
+    clipped, and a part without gradients is no step."""
+    from pml_fieldlosses.app.bench.run import GradClipper
+
+    max_norm = 10.0
+    g = torch.Generator().manual_seed(0)
+    direction = [torch.randn(3, 4, generator=g, dtype=dtype), torch.randn(5, generator=g, dtype=dtype)]
+    length = torch.sqrt(sum((d * d).sum() for d in direction))
+    direction = [d / length for d in direction]
+    norms = [0.0, 1e-3, 9.0, max_norm - 1e-3, max_norm - 5e-7, max_norm, max_norm + 1e-7, 11.0, 1e6]
+    cases = [[d * n for d in direction] for n in norms]
+    cases += [[direction[0], direction[1] * float("inf")], [direction[0] * float("nan"), direction[1]]]
+    clipped = 0
+    for grads in cases:
+        ours = [torch.nn.Parameter(torch.zeros_like(d)) for d in direction]
+        theirs = [torch.nn.Parameter(torch.zeros_like(d)) for d in direction]
+        for p, q, grad in zip(ours, theirs, grads):
+            p.grad, q.grad = grad.clone(), grad.clone()
+        clipper = GradClipper(ours, max_norm)
+        clipper()
+        norm = torch.nn.utils.clip_grad_norm_(theirs, max_norm)
+        clipped += int(norm > max_norm)
+        for p, q in zip(ours, theirs):
+            assert torch.equal(p.grad, q.grad) or (p.grad.isnan() == q.grad.isnan()).all() and torch.equal(
+                p.grad.nan_to_num(), q.grad.nan_to_num()
+            )
+        assert (clipper.steps, clipper.clipped) == (1, int(norm > max_norm))
+    assert clipped >= 3  # 11, 1e6 and inf at least (1e-7 above may round to max_norm; NaN compares false)
+    frozen = GradClipper([torch.nn.Parameter(torch.zeros(2))], max_norm)
+    frozen()
+    assert (frozen.steps, frozen.clipped, frozen.clipped_fraction()) == (0, 0, 0.0)
+
+
+def test_the_samples_of_a_batch_read_at_once_are_a_sequence_of_pairs():
+    """features.Samples, what __getitems__ returns, is the list of (input, label) a collate
+    function may read: by index (negative too), by slice, by iteration, with its length."""
+    inputs, labels = torch.arange(12.0).reshape(4, 3), torch.tensor([3, 1, 2, 0])
+    samples = features.Samples(inputs, labels)
+    pairs = list(zip(inputs.unbind(0), labels.unbind(0)))
+    assert len(samples) == 4
+    for got in (list(samples), [samples[i] for i in range(4)], samples[:], [samples[i - 4] for i in range(4)]):
+        assert len(got) == 4
+        assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(got, pairs))
+    assert [int(label) for _, label in samples[1:4:2]] == [1, 0]
+    with pytest.raises(IndexError):
+        samples[4]
+    assert features.collate(samples) == [inputs, labels]
+    assert all(torch.equal(a, b) for a, b in zip(torch.utils.data.default_collate(samples), [inputs, labels]))

@@ -200,7 +200,7 @@ class Standardize(torch.nn.Module):
         self.register_buffer("scale", weights / features.std(dim=0).clamp_min(1e-6))
 
     def forward(self, features):
-        return (features - self.mean) * self.scale
+        return torch.sub(features, self.mean).mul_(self.scale)  # (features - mean) * scale, one buffer
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ The feature cache is written with plain writes and read back validated (header, 
 finite values) before it is memory-mapped: a full disk or a damaged file is named,
 never a SIGBUS (docs/robustness.md)."""
 
+import collections.abc
 import copy
 import errno
 import io
@@ -36,14 +37,26 @@ def _row(array, row):
     return torch.from_numpy(np.array(array[row]))
 
 
-class Samples(list):
-    """The samples of a batch read at once (a dataset's ``__getitems__``): the list of
-    (input, label) that any collate function takes, which also holds them stacked
-    (``stacked``), so that ``collate`` need not copy them again."""
+class Samples(collections.abc.Sequence):
+    """The samples of a batch read at once (a dataset's ``__getitems__``): the sequence of
+    (input, label) that any collate function takes, held stacked (``stacked``), so that
+    ``collate`` need not copy them again. A sample is made only when one is asked for
+    (128 views of a batch's rows cost more than reading the batch)."""
 
     def __init__(self, inputs, labels):
-        super().__init__(zip(inputs.unbind(0), labels.unbind(0)))
         self.stacked = [inputs, labels]
+
+    def __len__(self):
+        return len(self.stacked[1])
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        inputs, labels = self.stacked
+        return inputs[i], labels[i]
+
+    def __iter__(self):
+        return zip(*(part.unbind(0) for part in self.stacked))
 
 
 def collate(samples):
