@@ -15,11 +15,16 @@ process (medians):
 * records: PML's hooks recording every 10 iterations and saving after the epoch, with PML's
   record keeper (the old way) or the bench's (bench/records.py: the same files, no list made
   of the proxies, SQLite committed without waiting for the disk);
+* clip: the gradient clipping of the embedder's and the loss's parameters at every step (max
+  norm 10, as the bench), with torch's ``clip_grad_norm_`` (the old way) or the bench's
+  ``GradClipper`` (bench/run.py: the same gradients, torch's scaling by exactly 1 left out),
+  timed on the gradients of each step;
 * steps: the 33 training steps themselves (embedder and loss forward under --autocast,
   backward, AdamW), the same both ways: the scale the overheads are read against.
 
-The batches and files are the same both ways (tests/test_bench_speed.py checks it). The
-records' time depends on the disk (an fsync per SQLite commit): run it where the bench runs.
+The batches, gradients and files are the same both ways (tests/test_bench_speed.py checks
+it). The records' time depends on the disk (an fsync per SQLite commit): run it where the
+bench runs.
 """
 
 import argparse
@@ -36,6 +41,10 @@ from pytorch_metric_learning import losses, samplers
 from pytorch_metric_learning.utils import logging_presets
 
 from pml_fieldlosses.app.bench import features, records
+from pml_fieldlosses.app.bench.protocol import BenchConfig
+from pml_fieldlosses.app.bench.run import GradClipper
+
+CLIP = BenchConfig.grad_clip  # the bench's max gradient norm
 
 
 class PlainViews(features.ViewsDataset):
@@ -73,14 +82,35 @@ def record_epoch(get_record_keeper, folder, loss, optimizer, iterations):
     writer.close()
 
 
-def train_epoch(args, device, batches, embedder, loss, optimizer):
+def train_epoch(args, device, batches, embedder, loss, optimizer, times):
+    """The epoch's steps, timed without their clipping ("steps"), and the old and the new
+    clipping, each timed on a copy of every step's gradients ("clip old", "clip new")."""
+    parameters = [*embedder.parameters(), *loss.parameters()]
+    totals = dict.fromkeys(("steps", "clip old", "clip new"), 0.0)
     for inputs, labels in batches:
+        start = bench_device.clock(device)
         optimizer.zero_grad()
         with bench_device.autocast(args):
             value = loss(embedder(inputs), labels)
         value.float().backward()
+        bench_device.synchronize(device)
+        totals["steps"] += bench_device.clock(device) - start
+        grads = [p.grad.clone() for p in parameters]
+        old_clip = lambda: torch.nn.utils.clip_grad_norm_(parameters, CLIP)  # noqa: E731
+        for key, clip in (("clip old", old_clip), ("clip new", GradClipper(parameters, CLIP))):
+            for p, grad in zip(parameters, grads):
+                p.grad.copy_(grad)
+            bench_device.synchronize(device)
+            start = bench_device.clock(device)
+            clip()
+            bench_device.synchronize(device)
+            totals[key] += bench_device.clock(device) - start
+        start = bench_device.clock(device)
         optimizer.step()
-    bench_device.synchronize(device)
+        bench_device.synchronize(device)
+        totals["steps"] += bench_device.clock(device) - start
+    for key, total in totals.items():
+        times[key].append(total)
 
 
 def main():
@@ -121,7 +151,8 @@ def measure(args, device, folder):
     embedder = torch.nn.Linear(args.features, args.embedding_size).to(device)
     loss = losses.ProxyAnchorLoss(args.classes, args.embedding_size).to(device)
     optimizer = torch.optim.AdamW([*embedder.parameters(), *loss.parameters()], 1e-2)
-    times = {key: [] for key in ("read old", "read new", "records old", "records new", "steps")}
+    keys = ("read old", "read new", "records old", "records new", "clip old", "clip new", "steps")
+    times = {key: [] for key in keys}
     for dataset, collate in ((old_data, None), (new_data, features.collate)):  # warm up, untimed
         read_epoch(dataset, labels, collate, device, args.batch_size)
     for rep in range(args.reps):
@@ -140,9 +171,7 @@ def measure(args, device, folder):
             start = time.perf_counter()
             record_epoch(keeper, folder / f"{key.split()[1]}{rep}", loss, optimizer, iterations)
             times[key].append(time.perf_counter() - start)
-        start = bench_device.clock(device)
-        train_epoch(args, device, batches, embedder, loss, optimizer)
-        times["steps"].append(bench_device.clock(device) - start)
+        train_epoch(args, device, batches, embedder, loss, optimizer, times)
     ms = {key: 1e3 * statistics.median(values) for key, values in times.items()}
     print(
         f"one epoch: {iterations} batches of {args.batch_size}, {args.samples} samples x {args.features} "
@@ -156,10 +185,16 @@ def measure(args, device, folder):
         f"records        old {ms['records old']:8.1f} ms  new {ms['records new']:8.1f} ms  "
         f"x{ms['records old'] / ms['records new']:.2f}"
     )
-    old, new = ms["read old"] + ms["records old"], ms["read new"] + ms["records new"]
+    print(
+        f"clip           old {ms['clip old']:8.1f} ms  new {ms['clip new']:8.1f} ms  "
+        f"x{ms['clip old'] / ms['clip new']:.2f}"
+    )
+    old = ms["read old"] + ms["records old"] + ms["clip old"]
+    new = ms["read new"] + ms["records new"] + ms["clip new"]
     print(f"training steps     {ms['steps']:8.1f} ms")
     print(
-        f"epoch (read + records + steps)  old {old + ms['steps']:8.1f} ms  new {new + ms['steps']:8.1f} ms  "
+        f"epoch (read + records + clip + steps)  old {old + ms['steps']:8.1f} ms  "
+        f"new {new + ms['steps']:8.1f} ms  "
         f"x{(old + ms['steps']) / (new + ms['steps']):.2f}"
     )
 
