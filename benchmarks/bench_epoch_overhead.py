@@ -96,7 +96,7 @@ def train_epoch(args, device, batches, embedder, loss, optimizer, times):
         bench_device.synchronize(device)
         totals["steps"] += bench_device.clock(device) - start
         grads = [p.grad.clone() for p in parameters]
-        old_clip = lambda: torch.nn.utils.clip_grad_norm_(parameters, CLIP)  # noqa: E731
+        old_clip = lambda: torch.nn.utils.clip_grad_norm_(parameters, CLIP)
         for key, clip in (("clip old", old_clip), ("clip new", GradClipper(parameters, CLIP))):
             for p, grad in zip(parameters, grads):
                 p.grad.copy_(grad)
