@@ -214,7 +214,7 @@ def test_epoch_overhead_benchmark_prints_old_and_new_per_part():
     args = "--reps 1 --samples 600 --features 64 --classes 50 --autocast bfloat16"
     out = run_script("bench_epoch_overhead.py", args)
     assert out.startswith("device=cpu (CPU) autocast=bfloat16"), out
-    for part in ("read batches", "records", "epoch (read + records + steps)"):
+    for part in ("read batches", "records", "clip", "epoch (read + records + clip + steps)"):
         (line,) = [line for line in out.splitlines() if line.startswith(part)]
         assert re.search(r"old\s+[0-9.]+ ms\s+new\s+[0-9.]+ ms\s+x[0-9.]+", line), line
 
