@@ -86,7 +86,11 @@ def train_epoch(args, device, batches, embedder, loss, optimizer, times):
     """The epoch's steps, timed without their clipping ("steps"), and the old and the new
     clipping, each timed on a copy of every step's gradients ("clip old", "clip new")."""
     parameters = [*embedder.parameters(), *loss.parameters()]
-    totals = dict.fromkeys(("steps", "clip old", "clip new"), 0.0)
+    clippers = {
+        "clip old": lambda: torch.nn.utils.clip_grad_norm_(parameters, CLIP),
+        "clip new": GradClipper(parameters, CLIP),
+    }
+    totals = dict.fromkeys(("steps", *clippers), 0.0)
     for inputs, labels in batches:
         start = bench_device.clock(device)
         optimizer.zero_grad()
@@ -96,8 +100,7 @@ def train_epoch(args, device, batches, embedder, loss, optimizer, times):
         bench_device.synchronize(device)
         totals["steps"] += bench_device.clock(device) - start
         grads = [p.grad.clone() for p in parameters]
-        old_clip = lambda: torch.nn.utils.clip_grad_norm_(parameters, CLIP)
-        for key, clip in (("clip old", old_clip), ("clip new", GradClipper(parameters, CLIP))):
+        for key, clip in clippers.items():
             for p, grad in zip(parameters, grads):
                 p.grad.copy_(grad)
             bench_device.synchronize(device)

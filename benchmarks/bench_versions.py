@@ -147,14 +147,14 @@ def main():
     other = load_other(parser, args.other)
     if args.threads:
         torch.set_num_threads(args.threads)
-    state = None
+    saved = None
     if args.load_state:
         try:
-            state = read_state(args.load_state, None, device)
+            saved = read_state(args.load_state, None, device)
         except StateFileError as error:
             parser.error(str(error))
         for key in STATE_SETTINGS:
-            setattr(args, key, state["settings"][key])
+            setattr(args, key, saved["settings"][key])
     torch.manual_seed(args.seed)
     C, D = args.num_classes, args.embedding_size
     data = Data(
@@ -169,12 +169,12 @@ def main():
         )
         for name in args.losses
     }
-    if state is not None:
-        data.generator.set_state(state["data_generator"].cpu())
-        torch.set_rng_state(state["torch_rng"].cpu())
+    if saved is not None:
+        data.generator.set_state(saved["data_generator"].cpu())
+        torch.set_rng_state(saved["torch_rng"].cpu())
         for name, run in runs.items():
-            run.load(state["runs"][name])
-        print(f"from {args.load_state}: step {state['step']} of its trajectory", flush=True)
+            run.load(saved["runs"][name])
+        print(f"from {args.load_state}: step {saved['step']} of its trajectory", flush=True)
     print(f"device={device} threads={torch.get_num_threads()} N={C}; other: {args.other}", flush=True)
     step = 0
     for state in sorted(set(args.states)):

@@ -80,6 +80,7 @@ class GradClipper:
             norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.max_norm)
         else:
             norm = torch.nn.utils.get_total_norm(grads)
+            # torch's factor; "not >= 1" scales a NaN norm's gradients too, as torch does
             if norm.device.type != "cpu" or not bool(self.max_norm / (norm + 1e-6) >= 1):
                 torch.nn.utils.clip_grads_with_norm_(self.parameters, self.max_norm, norm)
         self.steps += 1
