@@ -7,6 +7,7 @@ of classes (M = 2 proxies per class).
     python benchmarks/bench_potential_training.py --num-classes 11318   # SOP scale (about an hour per loss on 2 cores)
     python benchmarks/bench_potential_training.py --num-classes 400 --data easy --steps 1500
     python benchmarks/bench_potential_training.py --num-classes 11318 --device cuda --autocast float16
+    python benchmarks/bench_potential_training.py --bfloat16-search no  # float32 searches, as on CPUs without bfloat16
     # a long run in parts: the state is saved at every tenth of the run, and a later run goes on from it
     python benchmarks/bench_potential_training.py --num-classes 11318 --save-state sop.pt --stop-at 5000
     python benchmarks/bench_potential_training.py --num-classes 11318 --load-state sop.pt --save-state sop.pt
@@ -53,6 +54,12 @@ batches live on that device (the batches are drawn on the CPU, so every device
 trains on the same data), every clock read waits for the device, and under
 ``--autocast`` the trunk's and the loss's forward passes run in torch.autocast.
 
+``--bfloat16-search``: the losses' searches on a CPU multiply float32 points in
+bfloat16 where that pays on the CPU (``auto``, the losses' default, measured
+once per process and printed in the header), always (``yes``) or never (``no``:
+float32 products, the path of a CPU without bfloat16 instructions, so that its
+cost can be measured on any CPU). The losses are the same bit for bit either way.
+
 ``--save-state PATH`` writes the whole trajectory (step, trunks, proxies,
 optimiser states, random number generators, the windows timed so far and the
 neighbour lists, a cache kept so that a resumed run's first steps cost what
@@ -86,14 +93,21 @@ DATA = {
 LOSSES = {"PFML": losses.PotentialFieldLoss, "CPML": losses.ContrastivePotentialLoss}
 # training steps per scale: enough for the proxies to contract on the hard data
 DEFAULT_STEPS = {400: 1500, 2000: 3000, 11318: 16000}
+# --bfloat16-search: the losses' bfloat16_search (None: bfloat16 products where they pay on this CPU)
+BFLOAT16_SEARCH = {"auto": None, "yes": True, "no": False}
 
 
-def make_loss(name, num_classes, embedding_size, delta, package=losses):
+def make_loss(name, num_classes, embedding_size, delta, package=losses, bfloat16_search=None):
     """The potential loss ``name`` (LOSSES) as the trajectories train it: M = 2 proxies per
     class. ``package``: the ``losses`` module to take its class from (another version's, in
-    bench_versions.py)."""
+    bench_versions.py). ``bfloat16_search``: the loss's setting of that name if not None
+    (True: its searches multiply in bfloat16 wherever the points are float32 on a CPU;
+    False: in float32, as on a CPU where bfloat16 products do not pay)."""
     loss_class = getattr(package, LOSSES[name].__name__)
-    return loss_class(num_classes, embedding_size, proxies_per_class=2, delta=delta)
+    loss_fn = loss_class(num_classes, embedding_size, proxies_per_class=2, delta=delta)
+    if bfloat16_search is not None:
+        loss_fn.bfloat16_search = bfloat16_search
+    return loss_fn
 
 
 def default_steps(num_classes):
@@ -372,8 +386,13 @@ def run_scale(args, C, g):
     W = min(args.window, steps // 3)
     data = Data(C, D_in, B, args.data, g, device)
     trunk = torch.nn.Linear(D_in, D)
+    bfloat16_search = BFLOAT16_SEARCH[args.bfloat16_search]
     runs = {
-        name: Run(make_loss(name, C, D, args.delta).to(device), copy.deepcopy(trunk).to(device), args)
+        name: Run(
+            make_loss(name, C, D, args.delta, bfloat16_search=bfloat16_search).to(device),
+            copy.deepcopy(trunk).to(device),
+            args,
+        )
         for name in args.losses
     }
     reference = Run(pml_losses.ProxyAnchorLoss(C, D).to(device), copy.deepcopy(trunk).to(device), args)
@@ -472,6 +491,13 @@ def make_parser():
     parser.add_argument("--losses", nargs="+", default=["PFML", "CPML"], choices=list(LOSSES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--bfloat16-search",
+        choices=list(BFLOAT16_SEARCH),
+        default="auto",
+        help="the losses' searches multiply in bfloat16 where that pays on this CPU (auto, their default), "
+        "always (yes) or never (no: float32 products, as on a CPU without bfloat16 instructions)",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -506,11 +532,15 @@ def main():
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     # the losses search float32 points on a CPU with bfloat16 products where they pay, measured
-    # once per process (bfloat16_search=None, their default): the ratios depend on it
+    # once per process (bfloat16_search=None, their default), or as --bfloat16-search says: the
+    # ratios depend on it
     pays = "yes" if device.type == "cpu" and bfloat16_products_pay() else "no"
+    searches = {"auto": "bfloat16 where they pay", "yes": "bfloat16", "no": "float32"}[args.bfloat16_search]
+    if device.type != "cpu":
+        searches = "float32 (bfloat16 searches are for CPUs)"
     print(
         f"B={args.batch_size} D={args.embedding_size} M=2 delta={args.delta} data={args.data} "
-        f"window={args.window} {describe(args)} bfloat16 products pay: {pays}",
+        f"window={args.window} {describe(args)} bfloat16 products pay: {pays}; searches: {searches}",
         flush=True,
     )
     for C in args.num_classes:

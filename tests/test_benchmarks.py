@@ -229,6 +229,31 @@ def refusal(script, args):
     return subprocess.run(command, check=False, capture_output=True, text=True, timeout=300)
 
 
+def import_benchmark(name):
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+@pytest.mark.parametrize("choice, uses_bfloat16", [("yes", True), ("no", False)])
+def test_potential_training_searches_in_the_precision_asked_for(choice, uses_bfloat16):
+    bench = import_benchmark("bench_potential_training")
+    points = torch.randn(8, 16)
+    for name in bench.LOSSES:
+        loss_fn = bench.make_loss(name, 4, 16, 0.4, bfloat16_search=bench.BFLOAT16_SEARCH[choice])
+        assert loss_fn.use_bfloat16_search(points) is uses_bfloat16, (name, choice)
+        # a float64 search never multiplies in bfloat16
+        assert not loss_fn.use_bfloat16_search(points.double())
+    # auto: the losses' own default (bfloat16 products where they pay on this CPU)
+    assert bench.make_loss("PFML", 4, 16, 0.4).bfloat16_search is None
+    out = run_script("bench_potential_training.py", f"{TINY_TRAJECTORY} --bfloat16-search {choice}")
+    searches = "bfloat16" if uses_bfloat16 else "float32"
+    assert out.splitlines()[0].endswith(f"; searches: {searches}"), out
+    assert re.search(r"N=300\s+PFML\s+start.*\| end", out), out
+
+
 def test_potential_training_state_resumes_and_feeds_the_list_limit_and_versions_benchmarks(tmp_path):
     state = tmp_path / "state.pt"
     out = run_script("bench_potential_training.py", f"{TINY_TRAJECTORY} --save-state {state} --stop-at 20")
