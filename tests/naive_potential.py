@@ -175,11 +175,20 @@ PATHS = {"dense": (True, 0), "all-pairs": (False, 2**62), "neighbour-list": (Fal
 SEARCHES = {path: entries for path, (dense, entries) in PATHS.items() if not dense}
 
 
+def on_search(loss_fn, search):
+    """``loss_fn`` made to find its pairs by ``search`` (SEARCHES) at every update: all pairs
+    of any number of points in one product, or the neighbour list at any number."""
+    loss_fn.all_pairs_entries = SEARCHES[search]
+    loss_fn.list_for_few_points = False  # (for few points, which the neighbour list's 0 never is)
+    return loss_fn
+
+
 def on_path(build, path, *args, **kwargs):
     """The loss ``build(*args, **kwargs)`` taking the path ``path`` (PATHS)."""
     dense, all_pairs_entries = PATHS[path]
     loss_fn = build(*args, dense=dense, **kwargs)
-    loss_fn.all_pairs_entries = all_pairs_entries
+    if not dense:
+        on_search(loss_fn, path)
     return loss_fn
 
 

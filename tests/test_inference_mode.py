@@ -110,6 +110,7 @@ def test_the_search_of_all_pairs_first_run_under_inference_mode_serves_training(
     torch.manual_seed(0)
     loss_fn = LOSSES[loss_name]()
     loss_fn.bfloat16_search = bfloat16
+    loss_fn.list_for_few_points = False  # the search of all pairs at every step
     reference = copy.deepcopy(loss_fn)
     optimizers = [torch.optim.Adam(m.parameters(), lr=0.2) for m in (loss_fn, reference)]
     with torch.inference_mode():

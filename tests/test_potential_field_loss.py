@@ -28,6 +28,7 @@ from .naive_potential import (
     check_cases_match_naive,
     naive_pfml,
     on_path,
+    on_search,
     random_inputs,
 )
 
@@ -75,6 +76,7 @@ def test_dense_path_is_chosen_for_small_point_sets_only():
     ]:
         loss_fn = losses.PotentialFieldLoss(NUM_CLASSES, EMBEDDING_SIZE, delta=0.8, alpha=2.0, dense=dense)
         loss_fn.dense_entries, loss_fn.all_pairs_entries = dense_entries, all_pairs_entries
+        loss_fn.list_for_few_points = False  # few points: all pairs (its own choice is tested apart)
         with torch.no_grad():
             loss_fn.double().proxies.copy_(proxies)
         values.append(loss_fn(x, labels))
@@ -191,7 +193,7 @@ def test_chunked_paths_match_naive(search):
     labels = [0, 0, 2, 2, 2, 5, 5, 1, 8, 8, 3]
     x, proxies = random_inputs(len(labels), NUM_CLASSES, 3, torch.float64, g)
     loss_fn = build(NUM_CLASSES, EMBEDDING_SIZE, 3, dense=False).double()
-    loss_fn.all_pairs_entries = SEARCHES[search]
+    on_search(loss_fn, search)
     loss_fn.chunk_entries = 2 * EMBEDDING_SIZE  # also the neighbour list's blocks
     loss_fn.neighbor_list.pair_cost = 1  # keep the list however dense
     check_against_naive(loss_fn, naive, x, labels, proxies, torch.float64)
@@ -227,7 +229,7 @@ def test_every_search_and_energy_block_takes_the_devices_block_size(block, searc
     results = []
     for patched in [False, True]:
         loss_fn = losses.PotentialFieldLoss(NUM_CLASSES, EMBEDDING_SIZE, 3, delta=0.9, dense=False).double()
-        loss_fn.all_pairs_entries = SEARCHES[search]
+        on_search(loss_fn, search)
         loss_fn.neighbor_list.pair_cost = 1  # keep the list however dense
         if patched:
             monkeypatch.setattr(loss_fn, "gather_block_entries", lambda device: block)

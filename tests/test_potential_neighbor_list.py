@@ -645,6 +645,7 @@ def test_the_search_of_all_pairs_gives_the_lists_results_bit_for_bit(dtype, monk
     for loss_fn in (listed, whole, whole_bfloat16):
         loss_fn.bfloat16_search = loss_fn is whole_bfloat16
         loss_fn.collect_stats = True
+        loss_fn.list_for_few_points = False  # all_pairs_entries alone decides
     whole.all_pairs_entries = whole_bfloat16.all_pairs_entries = 2**62
     x = torch.randn(24, D, generator=g, dtype=dtype)
     labels = torch.randint(0, C, (24,), generator=g)
@@ -721,6 +722,79 @@ def test_bfloat16_choice_keeps_products_only_while_they_pay():
     assert choice.wait == choice.max_retry
     choice.observe(undecided=10, entries=72_000)
     assert choice.wait == choice.retry and choice.use(72, large)
+
+
+@pytest.mark.parametrize("bfloat16", [False, True])
+def test_list_choice_follows_the_list_while_its_work_stays_low(bfloat16):
+    """ListChoice: the list at first; its first update (the build) left out, it is given up
+    once its work over the last ``window`` updates averages above max_work (a quarter of it
+    with bfloat16 products); then all pairs for ``retry`` updates, twice as many after each
+    time the list was given up within 2 window updates of being taken up (up to max_retry),
+    and ``retry`` again after a list that lasted longer."""
+    choice = pair_search.ListChoice()
+    W = choice.window
+    limit = choice.max_work / 4 if bfloat16 else choice.max_work
+    assert choice.use_list()
+    choice.observe(50.0, bfloat16)  # the build: left out
+    for _ in range(3 * W):  # just at the limit: kept
+        assert choice.use_list()
+        choice.observe(limit, bfloat16)
+    choice.observe(limit + W * 1e-3, bfloat16)  # the window's mean just above it
+    assert not choice.use_list() and choice.wait == choice.retry  # it had lasted 3 W updates
+    waits = []
+    for _ in range(7):
+        updates = 0
+        while not choice.use_list():
+            choice.observe()
+            updates += 1
+        waits.append(updates)
+        for _ in range(W + 1):  # the build, then a window above the limit: given up soon
+            choice.observe(2 * limit, bfloat16)
+    assert waits == [min(choice.retry * 2**k, choice.max_retry) for k in range(7)]
+    # a window below max_work / 4 keeps the list with either kind of product
+    while not choice.use_list():
+        choice.observe()
+    for _ in range(4 * W):
+        choice.observe(choice.max_work / 5, bfloat16)
+        assert choice.use_list()
+
+
+@pytest.mark.parametrize("name", ["PFML", "CPML"])
+def test_few_points_follow_the_list_while_it_is_cheap_and_search_all_pairs_otherwise(name):
+    """With few points (all_pairs_entries) and list_for_few_points None, on a CPU, the loss
+    follows the neighbour list while the proxies barely move, and searches all pairs once the
+    list costs more (proxies that jump at every step rebuild it at every update), taking the
+    list up again later; at every step the loss and gradients equal those of the search of all
+    pairs and of the list, each forced, bit for bit, and the dense path's."""
+    g = torch.Generator().manual_seed(44)
+    C, M, D = 40, 2, 16
+    auto, listed, whole = (scalable_loss(name, C, M, D) for _ in range(3))
+    auto.all_pairs_entries = whole.all_pairs_entries = 2**62
+    auto.list_for_few_points, listed.list_for_few_points, whole.list_for_few_points = None, True, False
+    x = torch.randn(24, D, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, C, (24,), generator=g)
+    proxies = torch.randn(C, M, D, generator=g, dtype=torch.float64)
+    followed = []
+    for step in range(60):
+        if 10 <= step < 40:  # the proxies jump: the list rebuilds at every update
+            proxies = torch.randn(C, M, D, generator=g, dtype=torch.float64)
+        else:  # they barely move
+            proxies = proxies + 1e-6 * torch.randn(C, M, D, generator=g, dtype=torch.float64)
+        results = []
+        for loss_fn in (auto, listed, whole):
+            with torch.no_grad():
+                loss_fn.proxies.copy_(proxies)
+            xg = x.clone().requires_grad_()
+            loss = loss_fn(xg, labels)
+            results.append([loss, *torch.autograd.grad(loss, [xg, loss_fn.proxies])])
+        for other in results[1:]:
+            assert all(torch.equal(a, b) for a, b in zip(results[0], other))
+        followed.append(auto.neighbor_list.state is not None)
+    check_dense_reference(auto, x, labels, results[0][0], results[0][1:], torch.float64)
+    assert all(followed[:10])  # still proxies: the list
+    # given up within a window of the jumps' first update, until they end
+    assert not any(followed[10 + pair_search.ListChoice.window : 40])
+    assert all(followed[-10:])  # taken up again, and kept while the proxies barely move
 
 
 @pytest.mark.parametrize("products", ["float32", "bfloat16"])

@@ -23,6 +23,7 @@ from .potential.energy import (
     scalable_energies,
 )
 from .potential.neighbor_list import NeighborList
+from .potential.pair_search import ListChoice
 
 
 # Shared part of the losses of "Potential Field Based Deep Metric Learning"
@@ -49,10 +50,12 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
       * the scalable path, the plateau decomposition: attraction is constant within delta
         and repulsion beyond repulsion_delta, so the sum is plateau counts plus the pairs
         off their plateau, found by searches without gradient (potential/candidates.py):
-        for up to about 1 450 points (P^2 <= ``all_pairs_entries``) one product of all points
-        with all points; beyond, the embeddings' pairs by one product of the embeddings with
+        beyond a few points, the embeddings' pairs by one product of the embeddings with
         all points, and those of proxies of different classes by ``neighbor_list``, a Verlet
-        list (potential/neighbor_list.py; any potential.pair_search.PairSearch will do).
+        list (potential/neighbor_list.py; any potential.pair_search.PairSearch will do); for
+        up to about 1 450 points (P^2 <= ``all_pairs_entries``) on a CPU the same while the
+        list costs little, else one product of all points with all points
+        (``list_for_few_points``).
     Subclasses give ``attraction(sq)`` and ``repulsion(sq)`` as functions of sq = d^2
     (constant on the plateaus).
     """
@@ -71,6 +74,10 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
     # neighbour list) while P * P is at most this: at B = 256, D = 512 up to about 600
     # classes of 2 proxies, where it took 0.73-0.99x the list's step (docs/performance-log.md)
     all_pairs_entries = 2**21
+    # for few points (all_pairs_entries): None follows the neighbour list while its work stays
+    # low and searches all pairs otherwise, on a CPU (potential.pair_search.ListChoice; on a GPU,
+    # bound by kernel launches, all pairs); True the list always, False all pairs always
+    list_for_few_points = None
     # skin of the proxy neighbour list, in units of repulsion_delta
     neighbor_skin = 1.0
     # the searches' matrix products in bfloat16 for float32 points on a CPU, with their margin, the
@@ -120,6 +127,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         self._search_points = None  # the searches' points (search_points; a cache)
         self._bfloat16_factors = Bfloat16Factors()  # the same in bfloat16 (candidate_pairs; a cache)
         self._bfloat16_choice = Bfloat16Choice()  # whether the embeddings' products are bfloat16
+        self._list_choice = ListChoice()  # for few points: the list or one search of all pairs
         self.add_to_recordable_attributes(
             list_of_names=[
                 "num_classes",
@@ -308,11 +316,15 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
     def candidate_pairs(self, points, num_embeddings, point_labels):
         """Unordered pairs (i < j) of ``points`` (the ``num_embeddings`` embeddings, then the
         proxies) that may be off their plateau, in a canonical order: a (2, K) index tensor and
-        a bool mask of the same-class pairs. Few points (``searches_all_pairs``): one search of
-        all pairs; else the embeddings' pairs, the pairs of proxies of one class and those of
-        different classes (``neighbor_list``) apart."""
+        a bool mask of the same-class pairs: the embeddings' pairs, the pairs of proxies of one
+        class and those of different classes (``neighbor_list``) apart, or for few points
+        (``searches_all_pairs``) one search of all pairs (``list_for_few_points``)."""
         B = num_embeddings
-        all_pairs = self.searches_all_pairs(len(points))
+        few_points = self.searches_all_pairs(len(points))
+        # for few points: the list or all pairs, as list_for_few_points says, or ListChoice's choice
+        choosing = few_points and self.list_for_few_points is None and points.device.type == "cpu"
+        follows_list = self._list_choice.use_list() if choosing else bool(self.list_for_few_points)
+        all_pairs = few_points and not follows_list
         num_rows = len(points) if all_pairs else B
         proxies = points[B:]
         gather_entries = self.gather_block_entries(points.device)
@@ -348,6 +360,8 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
             search.stats.start_update()
             n = len(proxies)
             search.stats.last_searched, search.stats.last_evaluated = n * (n - 1) // 2, undecided
+            if choosing:
+                self._list_choice.observe()
             return canonical_order(torch.cat(pairs, dim=1), point_labels)
         # proxies of one class that may be farther apart than delta
         pairs.append(class_pairs(proxies, self.proxies_per_class, self.delta, gather_entries) + B)
@@ -357,12 +371,23 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         pairs.append(
             search.update(proxies, self.proxies_per_class, self.repulsion_delta, skin, proxy_factors) + B
         )
+        if choosing:
+            self._list_choice.observe(self.list_work(proxies), search.bfloat16)
         return canonical_order(torch.cat(pairs, dim=1), point_labels)
 
     def searches_all_pairs(self, num_points):
-        """Whether ``candidate_pairs`` searches all pairs of ``num_points`` points in one product:
-        while their number squared is at most ``all_pairs_entries``."""
+        """Whether ``num_points`` points are few enough for ``candidate_pairs`` to search all
+        their pairs in one product: while their number squared is at most ``all_pairs_entries``
+        (whether it does: ``list_for_few_points``)."""
         return num_points**2 <= self.all_pairs_entries
+
+    def list_work(self, proxies):
+        """The neighbour list's last update's work: the entries it searched plus its pair_cost
+        per pair it evaluated, as a share of the n (n - 1) / 2 entries of a search of all pairs of
+        the n ``proxies``."""
+        search, n = self.neighbor_list, len(proxies)
+        searched = search.stats.last_searched + search.pair_cost_of(proxies) * search.stats.last_evaluated
+        return searched / max(n * (n - 1) / 2, 1)
 
     def use_bfloat16_search(self, points):
         """Whether the searches multiply in bfloat16 (``bfloat16_search``), for these points: float32

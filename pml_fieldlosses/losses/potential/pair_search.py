@@ -220,3 +220,55 @@ def bin_counts(values, low, high, bins):
     binning, twice as fast on CPU (one scaling, one bincount). Overwrites ``values``."""
     index = bin_positions(values, low, high, bins).clamp_(0, bins).long()
     return torch.bincount(index.view(-1), minlength=bins + 1)[:bins].to(torch.float64)
+
+
+class ListChoice:
+    """For few points (a loss's ``all_pairs_entries``), whether the proxies' pairs of different
+    classes are found by the neighbour list or by one search of all pairs, the embeddings' and
+    the proxies' in one product (candidates.embedding_candidates). The list costs a small share
+    of a search of all proxy pairs while the proxies move little against its skin, and more
+    than the one product once they press against each other's radius (it re-anchors many of
+    them at every update, or gives itself up for dense steps). So the list is followed while
+    its work per update (``observe``: entries searched plus ``pair_cost`` per pair evaluated, as
+    a share of the n (n - 1) / 2 entries of a search of all proxy pairs) averages at most
+    ``max_work`` over its last ``window`` updates, leaving out its first one (the build each
+    switch to it costs); then all pairs are searched, and the list is taken up again after
+    ``retry`` updates, twice as many after each time it was given up within ``2 window``
+    updates of being taken up, up to ``max_retry``. Either way the candidates are a superset of
+    the pairs off their plateau: the choice changes the work, never the loss. With bfloat16
+    products (``observe``'s ``bfloat16``) an entry costs about a quarter of a float32 one
+    (Bfloat16Choice), and so does the search of all pairs against the list's other work: the
+    list is then followed while its work averages at most ``max_work / 4``. See
+    docs/performance-log.md, "A third day: the start window's pairs, float32 searches, the list
+    for few points"."""
+
+    max_work = 0.25
+    window = 8
+    retry = 16
+    max_retry = 1024
+
+    def __init__(self):
+        self.following = True  # the list (else the search of all pairs)
+        self.updates = 0  # updates since the last switch
+        self.works = []  # the list's work at its last updates (at most ``window``)
+        self.wait = self.retry  # updates of the search of all pairs before the list is taken up again
+
+    def use_list(self):
+        """Whether the next update follows the list."""
+        if not self.following and self.updates >= self.wait:
+            self.following, self.updates, self.works = True, 0, []
+        return self.following
+
+    def observe(self, work=None, bfloat16=False):
+        """After an update: the list's ``work`` (a share of a search of all proxy pairs), or
+        None after a search of all pairs; ``bfloat16``: whether the searches multiply in
+        bfloat16."""
+        self.updates += 1
+        if not self.following or self.updates == 1:  # (the list's first update: its build)
+            return
+        self.works = [*self.works, work][-self.window :]
+        max_work = self.max_work / 4 if bfloat16 else self.max_work
+        if len(self.works) == self.window and sum(self.works) > max_work * self.window:
+            given_up_soon = self.updates <= 2 * self.window
+            self.wait = min(2 * self.wait, self.max_retry) if given_up_soon else self.retry
+            self.following, self.updates = False, 0
