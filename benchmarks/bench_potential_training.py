@@ -253,6 +253,8 @@ class Run:
 
     def state(self):
         """Everything a resumed run needs (tensors, numbers, strings: loadable with weights_only)."""
+        # (for few points: whether the neighbour list is followed, and its last work; plain fields)
+        choice = getattr(self.loss_fn, "_list_choice", None)
         return {
             "trunk": self.trunk.state_dict(),
             "loss": self.loss_fn.state_dict(),
@@ -262,6 +264,7 @@ class Run:
             "windows": self.windows,
             "medians": self.medians,
             "neighbors": neighbor_list_state(self.neighbors),
+            "list_choice": None if choice is None else dict(vars(choice)),
         }
 
     def load(self, state):
@@ -272,6 +275,8 @@ class Run:
         self.records, self.medians = state["records"], state["medians"]
         self.windows = {stage: tuple(window) for stage, window in state["windows"].items()}
         load_neighbor_list(self.neighbors, state["neighbors"])
+        if state.get("list_choice") is not None:  # (None for ProxyAnchorLoss's run)
+            vars(self.loss_fn._list_choice).update(state["list_choice"])
 
 
 def neighbor_list_state(nl):
@@ -383,7 +388,7 @@ def run_scale(args, C, g):
     B, D, D_in = args.batch_size, args.embedding_size, args.input_size
     device = torch.device(args.device)
     steps = args.steps or default_steps(C)
-    W = min(args.window, steps // 3)
+    W = min(args.window, (steps - 1) // 3)  # three windows after the first step
     data = Data(C, D_in, B, args.data, g, device)
     trunk = torch.nn.Linear(D_in, D)
     bfloat16_search = BFLOAT16_SEARCH[args.bfloat16_search]
@@ -526,6 +531,10 @@ def main():
         parser.error("--save-state and --load-state hold one scale: give one --num-classes")
     if args.stop_at is not None and (args.stop_at < 1 or not args.save_state):
         parser.error("--stop-at needs a positive step and --save-state (else the run is lost)")
+    if args.window < 1 or (args.steps is not None and args.steps < 4):
+        parser.error(
+            "--window needs at least 1 step and --steps at least 4 (three windows after the first step)"
+        )
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

@@ -76,11 +76,14 @@ def load_other(parser, folder):
 def copy_run(run, loss_fn, args):
     """A Run of ``loss_fn`` with ``run``'s trunk, proxies and optimiser states, and its
     neighbour list where it stands (copies): the list is a cache, but its history (kept or
-    not, its skin, the speed measured) decides the work of the next steps."""
+    not, its skin, the speed measured, and for few points whether it is followed) decides the
+    work of the next steps."""
     loss_fn.load_state_dict(run.loss_fn.state_dict())
     for name in ("state", "motion", "stats", "dense_choice"):
         setattr(loss_fn.neighbor_list, name, copy.deepcopy(getattr(run.loss_fn.neighbor_list, name)))
     loss_fn._bfloat16_choice = copy.deepcopy(run.loss_fn._bfloat16_choice)
+    if hasattr(loss_fn, "_list_choice"):  # (for few points: the list or all pairs; not in older versions)
+        loss_fn._list_choice = copy.deepcopy(run.loss_fn._list_choice)
     other = Run(loss_fn.to(run.device), copy.deepcopy(run.trunk), args)
     other.optimizer.load_state_dict(copy.deepcopy(run.optimizer.state_dict()))
     other.loss_optimizer.load_state_dict(copy.deepcopy(run.loss_optimizer.state_dict()))

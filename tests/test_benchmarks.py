@@ -238,7 +238,7 @@ def import_benchmark(name):
 
 
 @pytest.mark.parametrize("choice, uses_bfloat16", [("yes", True), ("no", False)])
-def test_potential_training_searches_in_the_precision_asked_for(choice, uses_bfloat16):
+def test_potential_training_searches_in_the_precision_asked_for(choice, uses_bfloat16, monkeypatch):
     bench = import_benchmark("bench_potential_training")
     points = torch.randn(8, 16)
     for name in bench.LOSSES:
@@ -246,12 +246,31 @@ def test_potential_training_searches_in_the_precision_asked_for(choice, uses_bfl
         assert loss_fn.use_bfloat16_search(points) is uses_bfloat16, (name, choice)
         # a float64 search never multiplies in bfloat16
         assert not loss_fn.use_bfloat16_search(points.double())
+    # the trajectories' losses are made so
+    made, make_loss = [], bench.make_loss
+    monkeypatch.setattr(bench, "make_loss", lambda *a, **k: made.append(k) or make_loss(*a, **k))
+    args = bench.make_parser().parse_args(
+        [*TINY_TRAJECTORY.split(), "--steps", "6", "--bfloat16-search", choice]
+    )
+    bench.run_scale(args, 30, torch.Generator().manual_seed(0))
+    assert [k.get("bfloat16_search") for k in made] == [uses_bfloat16] * len(bench.LOSSES)
     # auto: the losses' own default (bfloat16 products where they pay on this CPU)
     assert bench.make_loss("PFML", 4, 16, 0.4).bfloat16_search is None
     out = run_script("bench_potential_training.py", f"{TINY_TRAJECTORY} --bfloat16-search {choice}")
     searches = "bfloat16" if uses_bfloat16 else "float32"
     assert out.splitlines()[0].endswith(f"; searches: {searches}"), out
     assert re.search(r"N=300\s+PFML\s+start.*\| end", out), out
+
+
+def test_potential_training_refuses_windows_it_cannot_time():
+    """Too few steps for three windows after the first step, or an empty window: a usage
+    error naming both options, no traceback; the fewest steps that make three windows run."""
+    for bad in (["--steps", "3"], ["--window", "0"]):
+        result = refusal("bench_potential_training.py", [*TINY_TRAJECTORY.split(), *bad])
+        assert result.returncode == 2, result.stderr
+        assert "--window needs at least 1 step and --steps at least 4" in result.stderr.splitlines()[-1]
+    out = run_script("bench_potential_training.py", f"{TINY_TRAJECTORY} --steps 4")
+    assert re.search(r"N=300\s+PFML\s+start.*\| middle.*\| end", out), out
 
 
 def test_potential_training_state_resumes_and_feeds_the_list_limit_and_versions_benchmarks(tmp_path):
@@ -268,7 +287,8 @@ def test_potential_training_state_resumes_and_feeds_the_list_limit_and_versions_
     # bench_versions.py goes on from the state, with its settings (not the options' defaults)
     root = BENCHMARKS.parent
     out = run_script(
-        "bench_versions.py", f"--other {root} --load-state {state} --states 0 2 --window 2 --passes 2 --threads 1"
+        "bench_versions.py",
+        f"--other {root} --load-state {state} --states 0 2 --window 2 --passes 2 --threads 1",
     )
     assert f"from {state}: step 20 of its trajectory" in out, out
     lines = [line for line in out.splitlines() if line.startswith("N=300")]

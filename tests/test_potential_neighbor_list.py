@@ -231,16 +231,21 @@ def test_dense_search_returns_the_close_pairs_and_agrees_with_the_list(monkeypat
     assert neighbors.stats.num_partial_rebuilds > 0
 
 
+@pytest.mark.parametrize("few_points", [False, True], ids=["its-search", "all-pairs"])
 @pytest.mark.parametrize("name", LOSS_KWARGS)
-def test_a_loss_with_a_dense_search_matches_its_dense_path(name):
+def test_a_loss_with_a_dense_search_matches_its_dense_path(name, few_points):
     """The loss's proxy pair search is any PairSearch: with a DenseSearch in place of the
-    neighbour list, every training step equals the dense reference."""
+    neighbour list, every training step equals the dense reference; for few points (with
+    list_for_few_points None, whose choice weighs a NeighborList's work) all pairs are searched
+    in one product at every step."""
     g = torch.Generator().manual_seed(len(name))
     loss_fn = scalable_loss(name, 40, 3, 4)
     loss_fn.neighbor_list = DenseSearch()
     loss_fn.collect_stats = True
+    if few_points:
+        loss_fn.all_pairs_entries = 2**62
     training_run(loss_fn, 8, 0.1, g)
-    assert loss_fn.neighbor_list.stats.num_dense_steps == 8
+    assert loss_fn.neighbor_list.stats.num_dense_steps == (0 if few_points else 8)
     assert loss_fn.num_searched_proxy_pairs >= 120 * 119 / 2 and loss_fn.num_reanchored_proxies == 0
 
 
@@ -742,7 +747,7 @@ def test_list_choice_follows_the_list_while_its_work_stays_low(bfloat16):
     choice.observe(limit + W * 1e-3, bfloat16)  # the window's mean just above it
     assert not choice.use_list() and choice.wait == choice.retry  # it had lasted 3 W updates
     waits = []
-    for _ in range(7):
+    for _ in range(8):
         updates = 0
         while not choice.use_list():
             choice.observe()
@@ -750,7 +755,19 @@ def test_list_choice_follows_the_list_while_its_work_stays_low(bfloat16):
         waits.append(updates)
         for _ in range(W + 1):  # the build, then a window above the limit: given up soon
             choice.observe(2 * limit, bfloat16)
-    assert waits == [min(choice.retry * 2**k, choice.max_retry) for k in range(7)]
+    assert waits == [min(choice.retry * 2**k, choice.max_retry) for k in range(8)]
+    assert waits[-1] == choice.max_retry
+    # given up after 2 window updates (its build included): soon, the wait doubles; after one
+    # more: the wait is back to retry
+    for lasted, wait in [(2 * W, 2 * choice.retry), (2 * W + 1, choice.retry)]:
+        choice.wait = choice.retry
+        while not choice.use_list():
+            choice.observe()
+        for _ in range(lasted - 1):
+            choice.observe(0.0, bfloat16)
+        assert choice.use_list()
+        choice.observe(W * limit + 1.0, bfloat16)  # the window's mean above the limit
+        assert not choice.use_list() and choice.wait == wait, lasted
     # a window below max_work / 4 keeps the list with either kind of product
     while not choice.use_list():
         choice.observe()
@@ -792,7 +809,8 @@ def test_few_points_follow_the_list_while_it_is_cheap_and_search_all_pairs_other
         followed.append(auto.neighbor_list.state is not None)
     check_dense_reference(auto, x, labels, results[0][0], results[0][1:], torch.float64)
     assert all(followed[:10])  # still proxies: the list
-    # given up within a window of the jumps' first update, until they end
+    # given up within a window of the jumps' first update, until they end (given up within 2
+    # windows of being taken up at step 0, the list waits 2 retry updates before its next try)
     assert not any(followed[10 + pair_search.ListChoice.window : 40])
     assert all(followed[-10:])  # taken up again, and kept while the proxies barely move
 

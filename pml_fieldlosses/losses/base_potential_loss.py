@@ -70,13 +70,14 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
     gather_entries = 2**18
     # dense=None uses the dense path while P * P * D is at most this
     dense_entries = 2**20
-    # the scalable path searches all pairs of the P = B + N M points in one product (no
-    # neighbour list) while P * P is at most this: at B = 256, D = 512 up to about 600
-    # classes of 2 proxies, where it took 0.73-0.99x the list's step (docs/performance-log.md)
+    # the P = B + N M points are few while P * P is at most this (at B = 256, D = 512 up to
+    # about 600 classes of 2 proxies): the scalable path may then search all their pairs in one
+    # product (no neighbour list) instead, which took 0.73-0.99x the list's step there
+    # (docs/performance-log.md), as list_for_few_points says
     all_pairs_entries = 2**21
-    # for few points (all_pairs_entries): None follows the neighbour list while its work stays
-    # low and searches all pairs otherwise, on a CPU (potential.pair_search.ListChoice; on a GPU,
-    # bound by kernel launches, all pairs); True the list always, False all pairs always
+    # for few points: None follows the neighbour list while its own work stays low and searches
+    # all pairs otherwise, on a CPU (potential.pair_search.ListChoice; on a GPU, bound by kernel
+    # launches, all pairs); True the list always, False all pairs always
     list_for_few_points = None
     # skin of the proxy neighbour list, in units of repulsion_delta
     neighbor_skin = 1.0
@@ -320,15 +321,23 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         class and those of different classes (``neighbor_list``) apart, or for few points
         (``searches_all_pairs``) one search of all pairs (``list_for_few_points``)."""
         B = num_embeddings
+        search = self.neighbor_list
+        # few points: all their pairs in one product, or the list as for more points, as
+        # list_for_few_points says (None: ListChoice's choice on a CPU, all pairs elsewhere)
         few_points = self.searches_all_pairs(len(points))
-        # for few points: the list or all pairs, as list_for_few_points says, or ListChoice's choice
-        choosing = few_points and self.list_for_few_points is None and points.device.type == "cpu"
-        follows_list = self._list_choice.use_list() if choosing else bool(self.list_for_few_points)
-        all_pairs = few_points and not follows_list
+        choosing = (
+            few_points
+            and self.list_for_few_points is None
+            and points.device.type == "cpu"
+            and isinstance(search, NeighborList)
+        )
+        if choosing:
+            all_pairs = not self._list_choice.use_list()
+        else:
+            all_pairs = few_points and not self.list_for_few_points
         num_rows = len(points) if all_pairs else B
         proxies = points[B:]
         gather_entries = self.gather_block_entries(points.device)
-        search = self.neighbor_list
         search.bfloat16 = self.use_bfloat16_search(points)
         factors = proxy_factors = None
         pair_cost = NeighborList.default_pair_cost(points.shape[1])
@@ -355,7 +364,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         if factors is not None:
             self._bfloat16_choice.observe(undecided, num_rows * len(points))
         if all_pairs:
-            if search.state is not None:
+            if getattr(search, "state", None) is not None:
                 search.reset()  # (not followed meanwhile: it builds when next used)
             search.stats.start_update()
             n = len(proxies)
@@ -371,8 +380,8 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         pairs.append(
             search.update(proxies, self.proxies_per_class, self.repulsion_delta, skin, proxy_factors) + B
         )
-        if choosing:
-            self._list_choice.observe(self.list_work(proxies), search.bfloat16)
+        if choosing:  # (the bfloat16 products of the embeddings': the search of all pairs would take them)
+            self._list_choice.observe(self.list_work(proxies), bfloat16=factors is not None)
         return canonical_order(torch.cat(pairs, dim=1), point_labels)
 
     def searches_all_pairs(self, num_points):
