@@ -62,17 +62,17 @@ def test_losses_benchmark_counts_operations_and_host_waits(flag):
     assert waits >= 1, out
 
 
-def import_ops():
+def import_benchmark(name):
+    """The module ``name`` of benchmarks/ (its scripts import their neighbours by name)."""
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        import ops
+        return __import__(name)
     finally:
         sys.path.remove(str(BENCHMARKS))
-    return ops
 
 
 def test_op_counter_counts_the_operations_that_make_the_host_wait():
-    OpCounter = import_ops().OpCounter
+    OpCounter = import_benchmark("ops").OpCounter
     x = torch.arange(6.0)
     with OpCounter() as counter:
         y = x * 2 + 1  # two operations, no wait
@@ -99,7 +99,7 @@ def test_precision_benchmark_deviations_are_ordered():
 def test_gpu_settings_on_a_cpu_give_the_same_loss_and_are_put_back():
     """ops.as_on_gpu: a loss takes its GPU settings within it (the same values, other
     operations) and its own after it."""
-    ops = import_ops()
+    ops = import_benchmark("ops")
     from pml_fieldlosses import losses
     from pml_fieldlosses.losses.potential import distances
 
@@ -227,14 +227,6 @@ TINY_TRAJECTORY = (
 def refusal(script, args):
     command = [sys.executable, str(BENCHMARKS / script), *args]
     return subprocess.run(command, check=False, capture_output=True, text=True, timeout=300)
-
-
-def import_benchmark(name):
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
 
 
 @pytest.mark.parametrize("choice, uses_bfloat16", [("yes", True), ("no", False)])

@@ -381,7 +381,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
             search.update(proxies, self.proxies_per_class, self.repulsion_delta, skin, proxy_factors) + B
         )
         if choosing:  # (the bfloat16 products of the embeddings': the search of all pairs would take them)
-            self._list_choice.observe(self.list_work(proxies), bfloat16=factors is not None)
+            self._list_choice.observe(search.last_work(proxies), bfloat16=factors is not None)
         return canonical_order(torch.cat(pairs, dim=1), point_labels)
 
     def searches_all_pairs(self, num_points):
@@ -389,14 +389,6 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         their pairs in one product: while their number squared is at most ``all_pairs_entries``
         (whether it does: ``list_for_few_points``)."""
         return num_points**2 <= self.all_pairs_entries
-
-    def list_work(self, proxies):
-        """The neighbour list's last update's work: the entries it searched plus its pair_cost
-        per pair it evaluated, as a share of the n (n - 1) / 2 entries of a search of all pairs of
-        the n ``proxies``."""
-        search, n = self.neighbor_list, len(proxies)
-        searched = search.stats.last_searched + search.pair_cost_of(proxies) * search.stats.last_evaluated
-        return searched / max(n * (n - 1) / 2, 1)
 
     def use_bfloat16_search(self, points):
         """Whether the searches multiply in bfloat16 (``bfloat16_search``), for these points: float32

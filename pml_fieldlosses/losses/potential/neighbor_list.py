@@ -182,6 +182,14 @@ class NeighborList(PairSearch):
         """``pair_cost`` for these points (the default for their dimension if None)."""
         return self.pair_cost if self.pair_cost is not None else self.default_pair_cost(points.shape[1])
 
+    def last_work(self, points):
+        """The last update's work: the entries it searched plus ``pair_cost`` per pair it
+        evaluated, as a share of the n (n - 1) / 2 entries of a search of all pairs of the n
+        ``points``."""
+        n = len(points)
+        work = self.stats.last_searched + self.pair_cost_of(points) * self.stats.last_evaluated
+        return work / max(n * (n - 1) / 2, 1)
+
     def max_pairs(self, points):
         """The most pairs a kept list may hold."""
         n = len(points)
