@@ -23,6 +23,7 @@ from pml_fieldlosses.losses.potential import distances
 from pml_fieldlosses.losses.potential.candidates import class_pairs, embedding_candidates
 from pml_fieldlosses.losses.potential.distances import (
     Bfloat16Factors,
+    DifferencesBuffer,
     PairSqDistances,
     entries_below,
     pair_differences,
@@ -514,8 +515,8 @@ def test_pair_energies_in_several_blocks_keep_no_differences(dtype, monkeypatch)
     are kept."""
     made = []
 
-    def recorded(points, pairs, gather_entries):
-        diff, sq = pair_differences(points, pairs, gather_entries)
+    def recorded(points, pairs, gather_entries, out=None):
+        diff, sq = pair_differences(points, pairs, gather_entries, out)
         made.append(weakref.ref(diff))
         return diff, sq
 
@@ -538,6 +539,79 @@ def test_pair_energies_in_several_blocks_keep_no_differences(dtype, monkeypatch)
     (one, one_grad), (several, several_grad) = results.values()
     assert_close(several, one, dtype)
     assert_close(several_grad, one_grad, dtype)
+
+
+def test_differences_buffer_lends_its_memory_to_one_pass_at_a_time():
+    """DifferencesBuffer.take: a view of one kept memory of ``entries`` coordinates (written at
+    the first call), lent to one pass at a time: a second tensor taken while the first is alive
+    is new memory; once the first is gone the kept memory is lent again. Differences larger than
+    it, points off the CPU and another dtype take new memory (the last anew for the buffer)."""
+    buffer = DifferencesBuffer()
+    points = torch.randn(10, 8)
+    first = buffer.take(5, points, 100)
+    memory = buffer._memory
+    assert first.shape == (5, 8) and first.data_ptr() == memory.data_ptr() and len(memory) == 100
+    second = buffer.take(5, points, 100)
+    assert second.shape == (5, 8) and not _shares_memory(second, memory)
+    del first
+    gc.collect()
+    third = buffer.take(12, points, 100)
+    assert third.shape == (12, 8) and third.data_ptr() == memory.data_ptr()
+    del third
+    assert not _shares_memory(buffer.take(13, points, 100), memory)  # 104 coordinates
+    assert buffer.take(3, points.to("meta"), 100).device.type == "meta"
+    wider = buffer.take(3, points.double(), 100)
+    assert wider.dtype == torch.float64 and buffer._memory.dtype == torch.float64
+    assert wider.data_ptr() == buffer._memory.data_ptr()
+    del wider
+    for copied in (pickle.loads(pickle.dumps(buffer)), copy.deepcopy(buffer)):
+        assert copied._memory is None and copied.take(5, points, 100).shape == (5, 8)
+
+
+@pytest.mark.parametrize("loss_name", ["PotentialFieldLoss", "ContrastivePotentialLoss"])
+def test_a_loss_keeps_its_pairs_differences_in_one_memory(loss_name):
+    """On a CPU a loss's pairs' differences are views of one memory of ``chunk_entries``
+    coordinates, made at its first step and kept (DifferencesBuffer)."""
+    g = torch.Generator().manual_seed(8)
+    loss_fn = getattr(losses, loss_name)(20, 8, delta=0.9, dense=False)
+    loss_fn.chunk_entries = 2**14
+    memories = []
+    for _ in range(2):
+        x, labels = torch.randn(16, 8, generator=g, requires_grad=True), torch.randint(0, 20, (16,), generator=g)
+        loss_fn(x, labels).backward()
+        memories.append(loss_fn._differences._memory)
+    assert memories[0] is memories[1] and len(memories[0]) == 2**14
+
+
+def _shares_memory(tensor, memory):
+    start, end = memory.data_ptr(), memory.data_ptr() + memory.numel() * memory.element_size()
+    return start <= tensor.data_ptr() < end
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_pair_energies_with_a_differences_buffer_equal_those_without_bit_for_bit(dtype):
+    """pair_energies keeping one block's differences in a DifferencesBuffer: the same energies
+    and gradients, bit for bit, as in a new tensor, also for a second backward pass through the
+    same graph (retain_graph), which finds the kept differences scaled and computes them again;
+    the buffer's memory is lent again at the next call."""
+    g = torch.Generator().manual_seed(12)
+    points = torch.randn(40, 16, generator=g, dtype=dtype, requires_grad=True)
+    pairs = torch.randint(0, 40, (2, 300), generator=g)
+    same = torch.rand(300, generator=g) < 0.3
+    potential = losses.PotentialFieldLoss(4, 16, delta=0.5).pair_potential()
+    weights = torch.randn(40, generator=g, dtype=dtype)
+    expected = pair_energies(points, pairs, same, potential, 2**13, 5 * 16)
+    (expected_grad,) = torch.autograd.grad(expected, [points], weights)
+    buffer = DifferencesBuffer()
+    for _ in range(2):
+        energies = pair_energies(points, pairs, same, potential, 2**13, 5 * 16, buffer)
+        for _ in range(2):
+            (grad,) = torch.autograd.grad(energies, [points], weights, retain_graph=True)
+            assert torch.equal(energies, expected) and torch.equal(grad, expected_grad)
+        assert buffer._memory is not None and len(buffer._memory) == 2**13
+        del energies
+        gc.collect()
+        assert buffer._lent() is None
 
 
 @pytest.mark.parametrize("loss_name", ["PotentialFieldLoss", "ContrastivePotentialLoss"])

@@ -11,6 +11,7 @@ from .potential.candidates import canonical_order, class_pairs, embedding_candid
 from .potential.distances import (
     Bfloat16Choice,
     Bfloat16Factors,
+    DifferencesBuffer,
     bfloat16_products_pay,
     full_precision_matmul,
     kept_buffer,
@@ -129,6 +130,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
         self._bfloat16_factors = Bfloat16Factors()  # the same in bfloat16 (candidate_pairs; a cache)
         self._bfloat16_choice = Bfloat16Choice()  # whether the embeddings' products are bfloat16
         self._list_choice = ListChoice()  # for few points: the list or one search of all pairs
+        self._differences = DifferencesBuffer()  # the pairs' coordinate differences (a cache)
         self.add_to_recordable_attributes(
             list_of_names=[
                 "num_classes",
@@ -272,6 +274,7 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
             proxies_per_class=self.proxies_per_class,
             chunk_entries=self.chunk_entries,
             gather_entries=gather_entries,
+            differences=self._differences,
         )
         if self.collect_stats:
             self.record_sparse_stats(same)

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import math
 import time
+import weakref
 
 import torch
 
@@ -90,12 +91,13 @@ class PairSqDistances(torch.autograd.Function):
     it took 28 operations per 512 pairs and about twice the time). A second backward pass
     through the same graph (retain_graph) finds the buffer scaled and computes the differences
     again. Each pair's value and each point's gradient are computed as in one block, in the
-    same order (bit for bit)."""
+    same order (bit for bit). ``out``: a (K, D) tensor to keep the differences in (a loss's
+    DifferencesBuffer), else a new one."""
 
     @staticmethod
-    def forward(ctx, points, pairs, gather_entries, keep_differences=True):
+    def forward(ctx, points, pairs, gather_entries, keep_differences=True, out=None):
         if keep_differences:
-            diff, sq = pair_differences(points, pairs, gather_entries)
+            diff, sq = pair_differences(points, pairs, gather_entries, out)
         else:
             diff, sq = None, pair_sq_distances_in_blocks(points, pairs, gather_entries)
         ctx.save_for_backward(points, pairs)
@@ -113,15 +115,16 @@ class PairSqDistances(torch.autograd.Function):
         grad_points = terms.new_zeros(points.shape)
         grad_points.index_add_(0, pairs[0], terms)
         grad_points.index_add_(0, pairs[1], terms, alpha=-1)
-        return grad_points, None, None, None
+        return grad_points, None, None, None, None
 
 
-def pair_differences(points, pairs, gather_entries):
+def pair_differences(points, pairs, gather_entries, out=None):
     """p_i - p_j (K, D) and ||p_i - p_j||^2 (K,) of the (2, K) ``pairs``, ``gather_entries``
-    coordinates at a time (pair_sq_distances_into), with one block's scratch."""
+    coordinates at a time (pair_sq_distances_into), with one block's scratch; the differences
+    are written into ``out`` if given."""
     num_pairs, dim = pairs.shape[1], points.shape[1]
     step = max(1, gather_entries // dim)
-    diff = points.new_empty(num_pairs, dim)
+    diff = points.new_empty(num_pairs, dim) if out is None else out
     sq = points.new_empty(num_pairs)
     scratch = points.new_empty(min(step, num_pairs), dim)
     for start in range(0, num_pairs, step):
@@ -130,6 +133,49 @@ def pair_differences(points, pairs, gather_entries):
             points, pairs[:, start:stop], diff[start:stop], scratch[: stop - start], sq[start:stop]
         )
     return diff, sq
+
+
+class DifferencesBuffer:
+    """Memory for the coordinate differences PairSqDistances keeps for its backward pass, kept
+    by a loss between steps on a CPU. A step's K x D differences are tens of MB when many pairs
+    are close (the first steps of a run, whose trunk bunches the batch), and a fresh tensor of
+    that size is new memory whenever it is larger than any before: about one page fault per
+    4 KB, 4 ms for 16 MB on 2 CPU cores, three times the arithmetic. So the memory for the
+    largest block (``entries`` coordinates, the loss's ``chunk_entries``) is allocated and
+    written once, at the first call, and every later block's differences are a view of it.
+    It is lent to one forward pass at a time: while a tensor taken earlier is alive (a graph
+    whose backward pass has not run yet), ``take`` returns a new tensor instead, so that no
+    pass overwrites differences another one still needs. A cache: a copy or a pickle of it
+    starts empty."""
+
+    def __init__(self):
+        self._memory = None
+        self._lent = None  # a weak reference to the tensor taken last
+
+    def take(self, num_pairs, points, entries):
+        """A (num_pairs, D) tensor like ``points`` for their differences: a view of the kept
+        memory of ``entries`` coordinates when ``points`` are on a CPU, the differences fit
+        and no tensor taken before is alive; else a new tensor (on a GPU the caching allocator
+        reuses memory without page faults)."""
+        dim = points.shape[1]
+        fits = points.device.type == "cpu" and num_pairs * dim <= entries
+        if not fits or (self._lent is not None and self._lent() is not None):
+            return points.new_empty(num_pairs, dim)
+        memory = self._memory
+        if memory is None or (memory.dtype, len(memory)) != (points.dtype, entries):
+            # written now (zeros), so that its page faults are paid once, at this first call;
+            # an ordinary tensor also under torch.inference_mode()
+            with torch.inference_mode(False):
+                memory = self._memory = points.new_zeros(entries)
+        taken = memory[: num_pairs * dim].view(num_pairs, dim)
+        self._lent = weakref.ref(taken)
+        return taken
+
+    def __getstate__(self):
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
 
 
 def pair_sq_distances_in_blocks(points, pairs, gather_entries):

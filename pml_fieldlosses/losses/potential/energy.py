@@ -89,6 +89,7 @@ def scalable_energies(
     proxies_per_class,
     chunk_entries,
     gather_entries,
+    differences=None,
 ):
     """The same E_a as dense_energies, by the plateau decomposition: the plateau counts
     (plateau_energies) and the candidate pairs ``pairs`` (2, K) with their same-class mask
@@ -96,7 +97,8 @@ def scalable_energies(
     maps indices of the ``num_proxies`` learnable proxies to the pairs' points: the embeddings,
     then those proxies' points (the normalisation), with the gradients to both. The gradient
     goes through the proxies in some pair only: the others add exact zeros, so the backward
-    pass does not touch them."""
+    pass does not touch them. ``differences``: a DifferencesBuffer for the pairs' coordinate
+    differences (pair_energies), or None."""
     B, n = len(embeddings), num_proxies
     # the pairs' points: all embeddings, and only the proxies in some pair (in order)
     # (every point marked, the embeddings' marks dropped: no boolean mask, no Python value
@@ -107,7 +109,9 @@ def scalable_energies(
     local = torch.empty_like(point_labels)
     local[:B] = torch.arange(B, device=local.device)
     local[B + rows] = torch.arange(B, len(points), device=local.device)
-    off_plateau = pair_energies(points, local[pairs], same, potential, chunk_entries, gather_entries)
+    off_plateau = pair_energies(
+        points, local[pairs], same, potential, chunk_entries, gather_entries, differences
+    )
     plateau = plateau_energies(point_labels, n // proxies_per_class, potential, embeddings.dtype)
     return torch.cat([plateau[:B] + off_plateau[:B], plateau[B:].index_add(0, rows, off_plateau[B:])])
 
@@ -120,7 +124,7 @@ def plateau_energies(point_labels, num_classes, potential, dtype):
     return inside * same + outside * (len(point_labels) - 1 - same)
 
 
-def pair_energies(points, pairs, same, potential, chunk_entries, gather_entries):
+def pair_energies(points, pairs, same, potential, chunk_entries, gather_entries, differences=None):
     """Per point: the sum over the given pairs containing it of phi - plateau, each unordered
     pair added to both of its points (two ordered terms of U). In blocks of pairs of at most
     ``chunk_entries`` coordinates: with one block its coordinate differences are kept for the
@@ -128,19 +132,24 @@ def pair_energies(points, pairs, same, potential, chunk_entries, gather_entries)
     (PairSqDistances' ``keep_differences``), so that memory holds one block's differences
     whatever the number of pairs (the other terms kept are a few numbers per pair). With no
     pairs at all, one empty block still runs, so that the energies depend on the points (zero
-    gradients, as the dense path gives, not a value without a graph)."""
+    gradients, as the dense path gives, not a value without a graph). ``differences``: a
+    DifferencesBuffer to keep one block's differences in (else a new tensor)."""
     energies = points.new_zeros(len(points))
     step = max(1, chunk_entries // points.shape[1])
     keep_differences = pairs.shape[1] <= step
     for start in range(0, max(1, pairs.shape[1]), step):
         block, block_same = pairs[:, start : start + step], same[start : start + step]
-        terms = block_energies(points, block, block_same, potential, gather_entries, keep_differences)
+        out = None
+        if keep_differences and differences is not None:
+            out = differences.take(block.shape[1], points, chunk_entries)
+        terms = block_energies(points, block, block_same, potential, gather_entries, keep_differences, out)
         energies = energies.index_add(0, block[0], terms).index_add(0, block[1], terms)
     return energies
 
 
-def block_energies(points, pairs, same, potential, gather_entries, keep_differences=True):
+def block_energies(points, pairs, same, potential, gather_entries, keep_differences=True, out=None):
     """phi - plateau of each of the (2, K) ``pairs``, from their coordinate differences
-    (gathered ``gather_entries`` coordinates at a time; PairSqDistances)."""
-    sq = PairSqDistances.apply(points, pairs, gather_entries, keep_differences)
+    (gathered ``gather_entries`` coordinates at a time; PairSqDistances, which keeps them in
+    ``out`` if given)."""
+    sq = PairSqDistances.apply(points, pairs, gather_entries, keep_differences, out)
     return potential.off_plateau(sq, same)
