@@ -8,6 +8,7 @@ of classes (M = 2 proxies per class).
     python benchmarks/bench_potential_training.py --num-classes 400 --data easy --steps 1500
     python benchmarks/bench_potential_training.py --num-classes 11318 --device cuda --autocast float16
     python benchmarks/bench_potential_training.py --bfloat16-search no  # float32 searches, as on CPUs without bfloat16
+    python benchmarks/bench_potential_training.py --num-classes 400 --step-times   # each window's steps too
     # a long run in parts: the state is saved at every tenth of the run, and a later run goes on from it
     python benchmarks/bench_potential_training.py --num-classes 11318 --save-state sop.pt --stop-at 5000
     python benchmarks/bench_potential_training.py --num-classes 11318 --load-state sop.pt --save-state sop.pt
@@ -251,6 +252,14 @@ class Run:
             + f"; moves {moved.median():.4f}/{moved.quantile(0.9):.4f}; step {steps[0]})"
         )
 
+    def step_times(self, stage, reference):
+        """Each step of one stage's window: its number, the loss's time and ProxyAnchor's
+        (``reference``) on the same batch, in ms."""
+        return " ".join(
+            f"{step}:{1e3 * self.records[step]['seconds']:.1f}/{1e3 * reference.records[step]['seconds']:.1f}"
+            for step in self.window_steps(stage)
+        )
+
     def state(self):
         """Everything a resumed run needs (tensors, numbers, strings: loadable with weights_only)."""
         # (for few points: whether the neighbour list is followed, and its last work; plain fields)
@@ -446,6 +455,9 @@ def run_scale(args, C, g):
             for stage in run.windows:
                 if step == run.window_steps(stage)[-1]:  # printed as it closes: a long run reports as it goes
                     print(f"N={C:<6} {name:<12} {run.stage_cell(stage, reference)}", flush=True)
+                    if args.step_times:
+                        times = run.step_times(stage, reference)
+                        print(f"N={C:<6} {name:<12} {stage} step:ms/ProxyAnchor ms {times}", flush=True)
     elapsed = clock(device) - started
     if args.save_state:
         save_state(args.save_state, settings, last_step, data, runs, reference)
@@ -501,6 +513,11 @@ def make_parser():
         default="auto",
         help="the losses' searches multiply in bfloat16 where that pays on this CPU (auto, their default), "
         "always (yes) or never (no: float32 products, as on a CPU without bfloat16 instructions)",
+    )
+    parser.add_argument(
+        "--step-times",
+        action="store_true",
+        help="also print every timed step of each window: the loss's time and ProxyAnchor's, in ms",
     )
     parser.add_argument(
         "--threads",

@@ -254,6 +254,21 @@ def test_potential_training_searches_in_the_precision_asked_for(choice, uses_bfl
     assert re.search(r"N=300\s+PFML\s+start.*\| end", out), out
 
 
+def test_potential_training_prints_each_windows_step_times():
+    """--step-times: every timed step of each window, the loss's time and ProxyAnchor's, whose
+    mean is the window's cell."""
+    out = run_script("bench_potential_training.py", f"{TINY_TRAJECTORY} --steps 12 --window 3 --step-times")
+    for name in ("PFML", "CPML"):
+        for stage in ("start", "middle", "end"):
+            (line,) = re.findall(rf"N=300\s+{name}\s+{stage} step:ms/ProxyAnchor ms (.*)", out)
+            steps = [re.fullmatch(r"(\d+):([0-9.]+)/([0-9.]+)", cell) for cell in line.split()]
+            assert len(steps) == 3 and all(steps), line
+            numbers = [int(m.group(1)) for m in steps]
+            assert numbers == list(range(numbers[0], numbers[0] + 3)), line
+        assert numbers[0] == 12 - 3  # the end window
+    assert re.search(r"N=300\s+PFML\s+start step:ms/ProxyAnchor ms 1:", out), out
+
+
 def test_potential_training_refuses_windows_it_cannot_time():
     """Too few steps for three windows after the first step, or an empty window: a usage
     error naming both options, no traceback; the fewest steps that make three windows run."""
