@@ -545,42 +545,51 @@ def test_differences_buffer_lends_its_memory_to_one_pass_at_a_time():
     """DifferencesBuffer.take: a view of one kept memory of ``entries`` coordinates (written at
     the first call), lent to one pass at a time: a second tensor taken while the first is alive
     is new memory; once the first is gone the kept memory is lent again. Differences larger than
-    it, points off the CPU and another dtype take new memory (the last anew for the buffer)."""
-    buffer = DifferencesBuffer()
+    ``entries`` and points off the CPU take new memory; another dtype, or ``entries`` grown past
+    the memory, make the memory anew."""
+    buffer = DifferencesBuffer(100)
     points = torch.randn(10, 8)
-    first = buffer.take(5, points, 100)
+    first = buffer.take(5, points)
     memory = buffer._memory
     assert first.shape == (5, 8) and first.data_ptr() == memory.data_ptr() and len(memory) == 100
-    second = buffer.take(5, points, 100)
+    second = buffer.take(5, points)
     assert second.shape == (5, 8) and not _shares_memory(second, memory)
     del first
     gc.collect()
-    third = buffer.take(12, points, 100)
+    third = buffer.take(12, points)
     assert third.shape == (12, 8) and third.data_ptr() == memory.data_ptr()
     del third
-    assert not _shares_memory(buffer.take(13, points, 100), memory)  # 104 coordinates
-    assert buffer.take(3, points.to("meta"), 100).device.type == "meta"
-    wider = buffer.take(3, points.double(), 100)
+    assert not _shares_memory(buffer.take(13, points), memory)  # 104 coordinates
+    assert buffer.take(3, points.to("meta")).device.type == "meta"
+    wider = buffer.take(3, points.double())
     assert wider.dtype == torch.float64 and buffer._memory.dtype == torch.float64
     assert wider.data_ptr() == buffer._memory.data_ptr()
     del wider
+    buffer.entries = 200
+    grown = buffer.take(13, points.double())
+    assert len(buffer._memory) == 200 and grown.data_ptr() == buffer._memory.data_ptr()
+    del grown
     for copied in (pickle.loads(pickle.dumps(buffer)), copy.deepcopy(buffer)):
-        assert copied._memory is None and copied.take(5, points, 100).shape == (5, 8)
+        assert copied._memory is None and copied.entries == 200
+        assert copied.take(5, points).shape == (5, 8)
 
 
 @pytest.mark.parametrize("loss_name", ["PotentialFieldLoss", "ContrastivePotentialLoss"])
-def test_a_loss_keeps_its_pairs_differences_in_one_memory(loss_name):
-    """On a CPU a loss's pairs' differences are views of one memory of ``chunk_entries``
-    coordinates, made at its first step and kept (DifferencesBuffer)."""
+@pytest.mark.parametrize("chunk_entries", [2**14, 2**22])
+def test_a_loss_keeps_its_pairs_differences_in_one_memory(loss_name, chunk_entries):
+    """On a CPU a loss's pairs' differences are views of one memory, made at its first step and
+    kept (DifferencesBuffer), of ``chunk_entries`` coordinates or, if fewer, those of all pairs
+    of its points."""
     g = torch.Generator().manual_seed(8)
     loss_fn = getattr(losses, loss_name)(20, 8, delta=0.9, dense=False)
-    loss_fn.chunk_entries = 2**14
+    loss_fn.chunk_entries = chunk_entries
     memories = []
     for _ in range(2):
         x, labels = torch.randn(16, 8, generator=g, requires_grad=True), torch.randint(0, 20, (16,), generator=g)
         loss_fn(x, labels).backward()
         memories.append(loss_fn._differences._memory)
-    assert memories[0] is memories[1] and len(memories[0]) == 2**14
+    P = 16 + 20 * loss_fn.proxies_per_class
+    assert memories[0] is memories[1] and len(memories[0]) == min(chunk_entries, P * (P - 1) // 2 * 8)
 
 
 def _shares_memory(tensor, memory):
@@ -602,7 +611,7 @@ def test_pair_energies_with_a_differences_buffer_equal_those_without_bit_for_bit
     weights = torch.randn(40, generator=g, dtype=dtype)
     expected = pair_energies(points, pairs, same, potential, 2**13, 5 * 16)
     (expected_grad,) = torch.autograd.grad(expected, [points], weights)
-    buffer = DifferencesBuffer()
+    buffer = DifferencesBuffer(2**13)
     for _ in range(2):
         energies = pair_energies(points, pairs, same, potential, 2**13, 5 * 16, buffer)
         for _ in range(2):

@@ -263,6 +263,9 @@ class BasePotentialLoss(CheckedForwardMixin, WeightRegularizerMixin, BaseMetricL
                     embeddings, raw_proxies, rows, points[B:], norms, 1e-12, block_rows
                 )
 
+        # the most differences one block can hold: chunk_entries coordinates, or all pairs' if fewer
+        P, D = len(point_labels), points.shape[1]
+        self._differences.entries = min(self.chunk_entries, P * (P - 1) // 2 * D)
         energies = scalable_energies(
             embeddings,
             len(raw_proxies),

@@ -140,42 +140,45 @@ class DifferencesBuffer:
     by a loss between steps on a CPU. A step's K x D differences are tens of MB when many pairs
     are close (the first steps of a run, whose trunk bunches the batch), and a fresh tensor of
     that size is new memory whenever it is larger than any before: about one page fault per
-    4 KB, 4 ms for 16 MB on 2 CPU cores, three times the arithmetic. So the memory for the
-    largest block (``entries`` coordinates, the loss's ``chunk_entries``) is allocated and
-    written once, at the first call, and every later block's differences are a view of it.
-    It is lent to one forward pass at a time: while a tensor taken earlier is alive (a graph
-    whose backward pass has not run yet), ``take`` returns a new tensor instead, so that no
-    pass overwrites differences another one still needs. A cache: a copy or a pickle of it
-    starts empty."""
+    4 KB, 4 ms for 16 MB on 2 CPU cores, three times the arithmetic. So memory for the largest
+    block there can be (``entries`` coordinates: the loss sets the smaller of its
+    ``chunk_entries`` and all pairs of its points) is allocated and written once, at the first
+    call, and every later block's differences are a view of it. It is lent to one forward pass
+    at a time: while a tensor taken earlier is alive (a graph whose backward pass has not run
+    yet), ``take`` returns a new tensor instead, so that no pass overwrites differences another
+    one still needs. A cache: a copy or a pickle of it starts empty."""
 
-    def __init__(self):
+    def __init__(self, entries=2**22):
+        self.entries = entries
         self._memory = None
         self._lent = None  # a weak reference to the tensor taken last
 
-    def take(self, num_pairs, points, entries):
+    def take(self, num_pairs, points):
         """A (num_pairs, D) tensor like ``points`` for their differences: a view of the kept
-        memory of ``entries`` coordinates when ``points`` are on a CPU, the differences fit
-        and no tensor taken before is alive; else a new tensor (on a GPU the caching allocator
-        reuses memory without page faults)."""
-        dim = points.shape[1]
-        fits = points.device.type == "cpu" and num_pairs * dim <= entries
-        if not fits or (self._lent is not None and self._lent() is not None):
-            return points.new_empty(num_pairs, dim)
+        memory when ``points`` are on a CPU, the differences fit in ``entries`` coordinates and
+        no tensor taken before is alive; else a new tensor (on a GPU the caching allocator
+        reuses memory without page faults). The memory is made anew, of ``entries``
+        coordinates, for another dtype or when ``entries`` has grown past it."""
+        size = num_pairs * points.shape[1]
+        if points.device.type != "cpu" or size > self.entries:
+            return points.new_empty(num_pairs, points.shape[1])
+        if self._lent is not None and self._lent() is not None:
+            return points.new_empty(num_pairs, points.shape[1])
         memory = self._memory
-        if memory is None or (memory.dtype, len(memory)) != (points.dtype, entries):
+        if memory is None or memory.dtype != points.dtype or len(memory) < size:
             # written now (zeros), so that its page faults are paid once, at this first call;
             # an ordinary tensor also under torch.inference_mode()
             with torch.inference_mode(False):
-                memory = self._memory = points.new_zeros(entries)
-        taken = memory[: num_pairs * dim].view(num_pairs, dim)
+                memory = self._memory = points.new_zeros(self.entries)
+        taken = memory[:size].view(num_pairs, points.shape[1])
         self._lent = weakref.ref(taken)
         return taken
 
     def __getstate__(self):
-        return {}
+        return {"entries": self.entries}
 
     def __setstate__(self, state):
-        self.__init__()
+        self.__init__(state["entries"])
 
 
 def pair_sq_distances_in_blocks(points, pairs, gather_entries):

@@ -141,7 +141,7 @@ def pair_energies(points, pairs, same, potential, chunk_entries, gather_entries,
         block, block_same = pairs[:, start : start + step], same[start : start + step]
         out = None
         if keep_differences and differences is not None:
-            out = differences.take(block.shape[1], points, chunk_entries)
+            out = differences.take(block.shape[1], points)
         terms = block_energies(points, block, block_same, potential, gather_entries, keep_differences, out)
         energies = energies.index_add(0, block[0], terms).index_add(0, block[1], terms)
     return energies
