@@ -506,6 +506,18 @@ def test_pair_sq_distances_in_blocks_equal_one_block_bit_for_bit(dtype, keep):
         assert torch.equal(blocks, whole) and torch.equal(grad, whole_grad), gather_entries
 
 
+def pair_energies_inputs(seed, num_pairs, dtype):
+    """pair_energies' inputs: 40 points of 16 coordinates (requiring a gradient), ``num_pairs``
+    random pairs, a third of them of one class, PFML's potential at delta 0.5, and weights
+    for a gradient of the energies."""
+    g = torch.Generator().manual_seed(seed)
+    points = torch.randn(40, 16, generator=g, dtype=dtype, requires_grad=True)
+    pairs = torch.randint(0, 40, (2, num_pairs), generator=g)
+    same = torch.rand(num_pairs, generator=g) < 0.3
+    potential = losses.PotentialFieldLoss(4, 16, delta=0.5).pair_potential()
+    return points, pairs, same, potential, torch.randn(40, generator=g, dtype=dtype)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_pair_energies_in_several_blocks_keep_no_differences(dtype, monkeypatch):
     """pair_energies with more pairs than one block of ``chunk_entries`` coordinates: no block's
@@ -521,12 +533,7 @@ def test_pair_energies_in_several_blocks_keep_no_differences(dtype, monkeypatch)
         return diff, sq
 
     monkeypatch.setattr(distances, "pair_differences", recorded)
-    g = torch.Generator().manual_seed(11)
-    points = torch.randn(40, 16, generator=g, dtype=dtype, requires_grad=True)
-    pairs = torch.randint(0, 40, (2, 500), generator=g)
-    same = torch.rand(500, generator=g) < 0.3
-    potential = losses.PotentialFieldLoss(4, 16, delta=0.5).pair_potential()
-    weights = torch.randn(40, generator=g, dtype=dtype)
+    points, pairs, same, potential, weights = pair_energies_inputs(11, 500, dtype)
     results = {}
     for chunk_entries in [500 * 16, 64 * 16]:  # one block; eight blocks
         made.clear()
@@ -603,12 +610,7 @@ def test_pair_energies_with_a_differences_buffer_equal_those_without_bit_for_bit
     and gradients, bit for bit, as in a new tensor, also for a second backward pass through the
     same graph (retain_graph), which finds the kept differences scaled and computes them again;
     the buffer's memory is lent again at the next call."""
-    g = torch.Generator().manual_seed(12)
-    points = torch.randn(40, 16, generator=g, dtype=dtype, requires_grad=True)
-    pairs = torch.randint(0, 40, (2, 300), generator=g)
-    same = torch.rand(300, generator=g) < 0.3
-    potential = losses.PotentialFieldLoss(4, 16, delta=0.5).pair_potential()
-    weights = torch.randn(40, generator=g, dtype=dtype)
+    points, pairs, same, potential, weights = pair_energies_inputs(12, 300, dtype)
     expected = pair_energies(points, pairs, same, potential, 2**13, 5 * 16)
     (expected_grad,) = torch.autograd.grad(expected, [points], weights)
     buffer = DifferencesBuffer(2**13)
