@@ -193,20 +193,15 @@ def test_slow_paths_benchmark_prints_a_ratio_per_case_and_dtype():
 
 
 def test_benchmarks_refuse_a_device_torch_cannot_use():
-    for name in (
+    names = (
         "bench_losses.py",
         "bench_precision.py",
         "bench_relational_head.py",
         "bench_potential_training.py",
         "profile_potential_step.py",
         "bench_slow_paths.py",
-    ):
-        result = subprocess.run(
-            [sys.executable, str(BENCHMARKS / name), "--device", "nonsense"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+    )
+    for name, result in zip(names, refusals([(name, ["--device", "nonsense"]) for name in names])):
         assert result.returncode == 2 and "--device" in result.stderr.splitlines()[-1], (name, result.stderr)
 
 
@@ -227,6 +222,31 @@ TINY_TRAJECTORY = (
 def refusal(script, args):
     command = [sys.executable, str(BENCHMARKS / script), *args]
     return subprocess.run(command, check=False, capture_output=True, text=True, timeout=300)
+
+
+def refusals(cases):
+    """refusal(script, args) of each (script, args) of ``cases``, the processes side by side
+    (most of a refusal's time is importing torch): their results in the same order."""
+    processes = [
+        subprocess.Popen(
+            [sys.executable, str(BENCHMARKS / script), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for script, args in cases
+    ]
+    try:
+        results = []
+        for process in processes:
+            stdout, stderr = process.communicate(timeout=300)
+            results.append(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
+        return results
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
 @pytest.mark.parametrize("choice, uses_bfloat16", [("yes", True), ("no", False)])
@@ -272,8 +292,9 @@ def test_potential_training_prints_each_windows_step_times():
 def test_potential_training_refuses_windows_it_cannot_time():
     """Too few steps for three windows after the first step, or an empty window: a usage
     error naming both options, no traceback; the fewest steps that make three windows run."""
-    for bad in (["--steps", "3"], ["--window", "0"]):
-        result = refusal("bench_potential_training.py", [*TINY_TRAJECTORY.split(), *bad])
+    bad_options = (["--steps", "3"], ["--window", "0"])
+    cases = [("bench_potential_training.py", [*TINY_TRAJECTORY.split(), *bad]) for bad in bad_options]
+    for result in refusals(cases):
         assert result.returncode == 2, result.stderr
         assert "--window needs at least 1 step and --steps at least 4" in result.stderr.splitlines()[-1]
     out = run_script("bench_potential_training.py", f"{TINY_TRAJECTORY} --steps 4")
@@ -346,8 +367,8 @@ def test_list_limit_benchmark_refuses_what_it_cannot_read(tmp_path):
         ([str(bad), "--device", "nonsense"], "--device"),
         ([str(tmp_path / "missing.pt")], "cannot read it"),
     ]
-    for args, expected in cases:
-        result = refusal("bench_list_limit.py", args)
+    results = refusals([("bench_list_limit.py", args) for args, _ in cases])
+    for (args, expected), result in zip(cases, results):
         last = result.stderr.splitlines()[-1]
         assert result.returncode == 2 and expected in last, (args, result.stderr)
         assert expected == "--device" or f"state {args[0]}:" in last, last  # names its own argument
