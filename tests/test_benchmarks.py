@@ -220,8 +220,8 @@ TINY_TRAJECTORY = (
 
 
 def refusal(script, args):
-    command = [sys.executable, str(BENCHMARKS / script), *args]
-    return subprocess.run(command, check=False, capture_output=True, text=True, timeout=300)
+    (result,) = refusals([(script, args)])
+    return result
 
 
 def refusals(cases):

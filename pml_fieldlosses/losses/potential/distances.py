@@ -160,9 +160,8 @@ class DifferencesBuffer:
         reuses memory without page faults). The memory is made anew, of ``entries``
         coordinates, for another dtype or when ``entries`` has grown past it."""
         size = num_pairs * points.shape[1]
-        if points.device.type != "cpu" or size > self.entries:
-            return points.new_empty(num_pairs, points.shape[1])
-        if self._lent is not None and self._lent() is not None:
+        lent = self._lent is not None and self._lent() is not None
+        if points.device.type != "cpu" or size > self.entries or lent:
             return points.new_empty(num_pairs, points.shape[1])
         memory = self._memory
         if memory is None or memory.dtype != points.dtype or len(memory) < size:
